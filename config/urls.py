@@ -1,0 +1,13 @@
+from django.contrib import admin
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from config.api_errors import api_not_found
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("reservations.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    re_path(r"^api/", api_not_found),
+]

@@ -1,0 +1,243 @@
+"""REST API views: parse, call one service or selector, render."""
+
+import datetime as dt
+
+from django.contrib.auth import authenticate
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, permissions, status, viewsets
+from rest_framework.authtoken.models import Token
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
+
+from config.errors import DomainError, NotPermitted
+from gpus.models import Gpu, Node
+from reservations import selectors, services
+from reservations.models import Reservation, ReservationGpu, Team
+from reservations.serializers import (
+    AwareDateTimeField,
+    GpuSerializer,
+    ReasonSerializer,
+    ReservationCreateSerializer,
+    ReservationSerializer,
+    ReservationUpdateSerializer,
+    TeamSerializer,
+    TimeRangeSerializer,
+)
+
+MAX_AVAILABILITY_WINDOW = dt.timedelta(days=62)
+
+
+class TokenView(APIView):
+    """Exchange a username and password for an API token."""
+
+    permission_classes = [permissions.AllowAny]
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "auth"
+
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request):
+        username, password = request.data.get("username"), request.data.get("password")
+        if not isinstance(username, str) or not isinstance(password, str):
+            raise DomainError("invalid", "Send a username and a password.")
+        user = authenticate(request, username=username, password=password)
+        if user is None or not user.is_active:
+            raise DomainError("invalid_credentials", "Unknown username or wrong password.")
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})
+
+
+def _time_range(params) -> tuple[dt.datetime, dt.datetime]:
+    window = TimeRangeSerializer(data={"start": params.get("from"), "end": params.get("to")})
+    window.is_valid(raise_exception=True)
+    start, end = window.validated_data["start"], window.validated_data["end"]
+    if end <= start:
+        raise DomainError("invalid_range", "`to` must be after `from`.")
+    if end - start > MAX_AVAILABILITY_WINDOW:
+        raise DomainError("range_too_long", "Ask for at most 62 days at a time.")
+    return start, end
+
+
+def _availability(gpu_ids: list[int], params) -> Response:
+    start, end = _time_range(params)
+    windows = selectors.free_windows(gpu_ids=gpu_ids, start=start, end=end)
+    return Response(
+        {
+            "gpus": gpu_ids,
+            "from": start.isoformat(),
+            "to": end.isoformat(),
+            "free": [{"start": a.isoformat(), "end": b.isoformat()} for a, b in windows],
+        }
+    )
+
+
+availability_parameters = [
+    OpenApiParameter("from", str, required=True, description="ISO-8601 with offset"),
+    OpenApiParameter("to", str, required=True, description="ISO-8601 with offset"),
+]
+
+
+class GpuViewSet(viewsets.ReadOnlyModelViewSet):
+    """The GPU inventory is shared infrastructure: every signed-in user may see it."""
+
+    serializer_class = GpuSerializer
+    queryset = Gpu.objects.select_related("node").order_by("node__name", "index")
+
+    @extend_schema(parameters=availability_parameters)
+    @action(detail=True)
+    def availability(self, request, pk=None):
+        gpu = self.get_object()
+        return _availability([gpu.pk], request.query_params)
+
+
+class NodeAvailabilityView(APIView):
+    @extend_schema(parameters=availability_parameters)
+    def get(self, request, pk: int):
+        node = get_object_or_404(Node, pk=pk)
+        gpu_ids = list(node.gpus.filter(state=Gpu.State.ACTIVE).values_list("pk", flat=True))
+        return _availability(gpu_ids, request.query_params)
+
+
+class ReservationViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    serializer_class = ReservationSerializer
+
+    def get_queryset(self):
+        queryset = (
+            selectors.reservations_visible_to(user=self.request.user)
+            .select_related("team", "user", "node")
+            .prefetch_related(Prefetch("booked", queryset=ReservationGpu.objects.only("id", "gpu_id", "reservation_id")))
+            .order_by("start", "id")
+        )
+        params = self.request.query_params
+        if self.action != "list":
+            return queryset
+        if "gpu" in params:
+            queryset = queryset.filter(booked__gpu_id=_int_param(params, "gpu"))
+        if "team" in params:
+            queryset = queryset.filter(team_id=_int_param(params, "team"))
+        if params.get("mine") in {"1", "true", "yes"}:
+            queryset = queryset.filter(user=self.request.user)
+        if "status" in params:
+            queryset = queryset.filter(status=params["status"])
+        if "from" in params:
+            queryset = queryset.filter(end__gt=AwareDateTimeField().to_internal_value(params["from"]))
+        if "to" in params:
+            queryset = queryset.filter(start__lt=AwareDateTimeField().to_internal_value(params["to"]))
+        return queryset
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("gpu", int), OpenApiParameter("team", int),
+            OpenApiParameter("mine", bool), OpenApiParameter("status", str),
+            OpenApiParameter("from", str), OpenApiParameter("to", str),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=ReservationCreateSerializer, responses={201: ReservationSerializer})
+    def create(self, request):
+        data = ReservationCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        team = Team.objects.filter(pk=values["team"]).first()
+        if team is None:
+            raise DomainError("unknown_team", f"No team with id {values['team']}.")
+        reservation = services.reservation_create(
+            user=request.user, team=team, gpu_ids=values["gpus"], start=values["start"],
+            end=values["end"], note=values["note"], now=timezone.now(),
+        )
+        return Response(self._render(reservation.pk), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ReservationUpdateSerializer, responses={200: ReservationSerializer})
+    def partial_update(self, request, pk=None):
+        data = ReservationUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        if not data.validated_data:
+            raise DomainError("nothing_to_change", "Send a new start, a new end, or both.")
+        services.reservation_reschedule(
+            reservation_id=_int(pk), actor=request.user, now=timezone.now(), **data.validated_data
+        )
+        return Response(self._render(_int(pk)))
+
+    @extend_schema(request=ReasonSerializer, responses={200: ReservationSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        services.reservation_cancel(
+            reservation_id=_int(pk), actor=request.user, now=timezone.now(),
+            reason=reason.validated_data["reason"],
+        )
+        return Response(self._render(_int(pk)))
+
+    @extend_schema(request=ReasonSerializer, responses={200: ReservationSerializer})
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        services.reservation_release(
+            reservation_id=_int(pk), actor=request.user, now=timezone.now(),
+            reason=reason.validated_data["reason"] or "released early by the user",
+        )
+        return Response(self._render(_int(pk)))
+
+    @extend_schema(request=None, responses={200: ReservationSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        services.reservation_approve(reservation_id=_int(pk), actor=request.user, now=timezone.now())
+        return Response(self._render(_int(pk)))
+
+    def _render(self, reservation_id: int) -> dict:
+        reservation = get_object_or_404(self.get_queryset(), pk=reservation_id)
+        return ReservationSerializer(reservation).data
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        raise DomainError("invalid_id", f"{value!r} is not an id.") from None
+
+
+def _int_param(params, name: str) -> int:
+    try:
+        return int(params[name])
+    except ValueError:
+        raise DomainError("invalid_parameter", f"`{name}` must be an integer id.") from None
+
+
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The caller's teams with this month's quota use; admins see all and may change quotas."""
+
+    serializer_class = TeamSerializer
+
+    def get_queryset(self):
+        return selectors.teams_visible_to(user=self.request.user).order_by("name")
+
+    def get_serializer_context(self):
+        now = timezone.now()
+        return {
+            **super().get_serializer_context(),
+            "roles": selectors.user_team_roles(user=self.request.user),
+            "is_admin": self.request.user.is_superuser,
+            "usage": lambda team: selectors.team_month_usage(team=team, now=now),
+        }
+
+    def partial_update(self, request, pk=None):
+        if not request.user.is_superuser:
+            raise NotPermitted("not_permitted", "Only admins may change team quotas.")
+        team = self.get_object()
+        data = TeamSerializer(team, data=request.data, partial=True, context=self.get_serializer_context())
+        data.is_valid(raise_exception=True)
+        services.team_update_settings(
+            team_id=team.pk, actor=request.user, changes=data.validated_data, now=timezone.now()
+        )
+        team.refresh_from_db()
+        return Response(TeamSerializer(team, context=self.get_serializer_context()).data)

@@ -1,0 +1,110 @@
+"""Input parsing and output shapes for the API. No rules here: services decide."""
+
+import datetime as dt
+
+from django.utils.dateparse import parse_datetime
+from rest_framework import serializers
+
+from config.errors import DomainError
+from gpus.models import Gpu
+from reservations import timegrid
+from reservations.models import Reservation, Team
+
+
+class AwareDateTimeField(serializers.Field):
+    """ISO-8601 with an offset. A naive time is refused rather than guessed: a booking made
+    in the wrong zone would silently take someone else's slot."""
+
+    def to_internal_value(self, data: object) -> dt.datetime:
+        if not isinstance(data, str):
+            raise DomainError("invalid_datetime", f"{self.field_name}: expected an ISO-8601 string.")
+        try:
+            value = parse_datetime(data.strip())
+        except ValueError:
+            value = None
+        if value is None:
+            raise DomainError("invalid_datetime", f"{self.field_name}: {data!r} is not an ISO-8601 date-time.")
+        if not timegrid.is_aware(value):
+            raise DomainError(
+                "naive_datetime",
+                f"{self.field_name}: {data!r} has no UTC offset; add one, e.g. 2026-12-01T09:00:00+01:00.",
+            )
+        return value.astimezone(dt.UTC)
+
+    def to_representation(self, value: dt.datetime) -> str:
+        return value.astimezone(dt.UTC).isoformat()
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    node_id = serializers.IntegerField()
+
+    class Meta:
+        model = Gpu
+        fields = ["id", "node", "node_id", "index", "uuid", "model_name", "memory_mib", "state"]
+
+
+class TimeRangeSerializer(serializers.Serializer):
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
+
+
+class ReservationCreateSerializer(serializers.Serializer):
+    gpus = serializers.ListField(child=serializers.IntegerField(min_value=1), max_length=64)
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
+    team = serializers.IntegerField(min_value=1)
+    note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class ReservationUpdateSerializer(serializers.Serializer):
+    start = AwareDateTimeField(required=False)
+    end = AwareDateTimeField(required=False)
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class ReservationSerializer(serializers.ModelSerializer):
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
+    gpus = serializers.SerializerMethodField()
+    team = serializers.IntegerField(source="team_id")
+    team_name = serializers.CharField(source="team.name")
+    user = serializers.CharField(source="user.username")
+    node = serializers.CharField(source="node.name")
+    gpu_hours = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Reservation
+        fields = [
+            "id", "gpus", "node", "team", "team_name", "user", "start", "end", "status", "note",
+            "release_reason", "gpu_hours", "created_at", "updated_at",
+        ]
+
+    def get_gpus(self, reservation: Reservation) -> list[int]:
+        return sorted(row.gpu_id for row in reservation.booked.all())
+
+    def get_gpu_hours(self, reservation: Reservation) -> float:
+        return round(reservation.gpu_seconds / 3600, 2)
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    role = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Team
+        fields = [
+            "id", "name", "slug", "time_zone", "role", "monthly_gpu_hours",
+            "user_daily_cap_gpu_hours", "max_booking_hours", "min_notice_minutes",
+            "max_days_ahead", "requires_approval", "usage",
+        ]
+        read_only_fields = ["id", "name", "slug", "role", "usage"]
+
+    def get_role(self, team: Team) -> str | None:
+        return self.context["roles"].get(team.pk, "admin" if self.context["is_admin"] else None)
+
+    def get_usage(self, team: Team) -> dict:
+        return self.context["usage"](team)

@@ -1,0 +1,499 @@
+"""Booking rules. Every write to reservations goes through these functions.
+
+The recipe for every change (STYLE.md habit 2): one transaction → take the locks once, in a
+fixed order (user row, team row, then one advisory lock per GPU in ascending id) → re-check
+overlap and quota with the caller's `now` → write. On PostgreSQL the exclusion constraint on
+reservations_reservationgpu is the last word; its violation becomes the same friendly
+conflict error as our own check. On SQLite the connection opens IMMEDIATE transactions, which
+serialize the whole check-then-insert.
+"""
+
+import datetime as dt
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, OperationalError, connection, transaction
+
+from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from gpus.models import Gpu
+from reservations import selectors, timegrid
+from reservations.models import AuditEntry, Membership, Reservation, ReservationGpu, Team
+
+# Namespace for pg_advisory_xact_lock(int, int): (this constant, gpu id).
+GPU_LOCK_NAMESPACE = 7_100_001
+# PostgreSQL SQLSTATEs that mean "another transaction got there first".
+EXCLUSION_VIOLATION = "23P01"
+RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+
+def _slot_minutes() -> int:
+    return settings.GPUBOOK_SLOT_MINUTES
+
+
+def _snapshot(reservation: Reservation) -> dict:
+    return {
+        "status": reservation.status,
+        "start": reservation.start.isoformat(),
+        "end": reservation.end.isoformat(),
+        "gpus": sorted(row.gpu_id for row in reservation.booked.all()),
+        "team": reservation.team_id,
+        "note": reservation.note,
+    }
+
+
+def _audit(
+    *, actor: AbstractBaseUser | None, at: dt.datetime, action: str, reservation: Reservation,
+    before: dict | None, after: dict | None,
+) -> None:
+    AuditEntry.objects.create(
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        at=at, action=action, reservation=reservation, team_id=reservation.team_id,
+        before=before, after=after,
+    )
+
+
+def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> None:
+    """Take the booking locks once, in the one fixed order every booking uses."""
+    if connection.vendor != "postgresql":
+        return  # SQLite: the IMMEDIATE transaction already holds the database write lock
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM auth_user WHERE id = %s FOR UPDATE", [user_id])
+        cursor.execute("SELECT 1 FROM reservations_team WHERE id = %s FOR UPDATE", [team_id])
+        for gpu_id in sorted(set(gpu_ids)):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [GPU_LOCK_NAMESPACE, gpu_id])
+
+
+def _describe_conflicts(rows: list[ReservationGpu], *, viewer_team_ids: set[int], is_admin: bool) -> list[dict]:
+    """Conflicts by reservation; other teams' bookings show only time and GPU, not who."""
+    by_reservation: dict[int, dict] = {}
+    for row in rows:
+        reservation = row.reservation
+        entry = by_reservation.get(reservation.pk)
+        if entry is None:
+            visible = is_admin or reservation.team_id in viewer_team_ids
+            entry = {
+                "start": reservation.start.isoformat(),
+                "end": reservation.end.isoformat(),
+                "gpus": [],
+            }
+            if visible:
+                entry.update(
+                    reservation=reservation.pk,
+                    team=reservation.team.name,
+                    user=reservation.user.get_username(),
+                )
+            by_reservation[reservation.pk] = entry
+        entry["gpus"].append(row.gpu_id)
+    return list(by_reservation.values())
+
+
+def _raise_conflict(rows: list[ReservationGpu], *, user: AbstractBaseUser) -> None:
+    conflicts = _describe_conflicts(
+        rows,
+        viewer_team_ids=set(selectors.user_team_roles(user=user)),
+        is_admin=user.is_superuser,
+    )
+    spans = ", ".join(
+        f"GPU {','.join(map(str, item['gpus']))} {item['start']}–{item['end']}" for item in conflicts
+    )
+    raise Conflict(
+        "slot_conflict",
+        f"The requested time collides with {len(conflicts)} existing booking(s): {spans}.",
+        conflicts=conflicts,
+    )
+
+
+def _validate_times(*, start: dt.datetime, end: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """Check the range and return it in UTC. Converting matters: Python subtracts two times
+    of the same zone by wall clock, which would mis-measure a booking over a DST change."""
+    if not (timegrid.is_aware(start) and timegrid.is_aware(end)):
+        raise DomainError("naive_datetime", "Start and end need a UTC offset or time zone.")
+    start, end = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
+    if end <= start:
+        raise DomainError("invalid_range", "The end must be after the start.")
+    slot = _slot_minutes()
+    if not (timegrid.is_on_grid(start, slot_minutes=slot) and timegrid.is_on_grid(end, slot_minutes=slot)):
+        raise DomainError(
+            "off_grid", f"Start and end must be on the {slot}-minute slot grid (e.g. :00 or :30)."
+        )
+    return start, end
+
+
+def _validate_team_rules(
+    *, team: Team, start: dt.datetime, end: dt.datetime, now: dt.datetime, check_start: bool
+) -> None:
+    if check_start:
+        current_slot = timegrid.floor_to_slot(now, slot_minutes=_slot_minutes())
+        if start < current_slot:
+            raise DomainError("past_slot", "That slot has already begun or passed.")
+        if team.min_notice_minutes and start < now + dt.timedelta(minutes=team.min_notice_minutes):
+            raise DomainError(
+                "too_soon", f"{team.name} bookings need {team.min_notice_minutes} minutes' notice."
+            )
+        if start > now + dt.timedelta(days=team.max_days_ahead):
+            raise DomainError(
+                "too_far_ahead", f"{team.name} may book at most {team.max_days_ahead} days ahead."
+            )
+    if team.max_booking_hours and end - start > dt.timedelta(hours=team.max_booking_hours):
+        raise DomainError(
+            "too_long", f"A {team.name} booking may last at most {team.max_booking_hours} hours."
+        )
+
+
+def _check_quota(
+    *, team: Team, user_id: int, start: dt.datetime, end: dt.datetime, gpu_count: int,
+    exclude_reservation_id: int | None,
+) -> None:
+    """Refuse if any calendar month (team time zone) this booking touches would go over quota,
+    or any day would go over the per-user daily cap."""
+    tz = team.tzinfo
+    quota_seconds = team.monthly_gpu_hours * 3600
+    for month_start, month_end in timegrid.split_by_period(start, end, tz):
+        used = selectors.usage_seconds(
+            team=team, window_start=month_start, window_end=month_end,
+            exclude_reservation_id=exclude_reservation_id,
+        )
+        wanted = gpu_count * timegrid.overlap_seconds(start, end, month_start, month_end)
+        if used + wanted > quota_seconds:
+            remaining = max(0, quota_seconds - used) / 3600
+            month = month_start.astimezone(tz).strftime("%Y-%m")
+            raise Conflict(
+                "quota_exceeded",
+                f"{team.name} has {remaining:.1f} of {team.monthly_gpu_hours} GPU-hours left in "
+                f"{month}; this booking needs {wanted / 3600:.1f}.",
+                month=month, remaining_gpu_hours=round(remaining, 2),
+                requested_gpu_hours=round(wanted / 3600, 2),
+                quota_gpu_hours=team.monthly_gpu_hours,
+            )
+    if team.user_daily_cap_gpu_hours is None:
+        return
+    cap_seconds = team.user_daily_cap_gpu_hours * 3600
+    for day_start, day_end in timegrid.split_by_period(
+        start, end, tz, period_start=timegrid.day_start, next_period_start=timegrid.next_day_start
+    ):
+        used = selectors.usage_seconds(
+            team=team, window_start=day_start, window_end=day_end, user_id=user_id,
+            exclude_reservation_id=exclude_reservation_id,
+        )
+        wanted = gpu_count * timegrid.overlap_seconds(start, end, day_start, day_end)
+        if used + wanted > cap_seconds:
+            remaining = max(0, cap_seconds - used) / 3600
+            day = day_start.astimezone(tz).date().isoformat()
+            raise Conflict(
+                "daily_cap_exceeded",
+                f"You have {remaining:.1f} of your {team.user_daily_cap_gpu_hours} daily GPU-hours "
+                f"in {team.name} left on {day}.",
+                day=day, remaining_gpu_hours=round(remaining, 2),
+            )
+
+
+def _check_free(
+    *, user: AbstractBaseUser, node_id: int, gpu_ids: Sequence[int], start: dt.datetime,
+    end: dt.datetime, exclude_reservation_id: int | None,
+) -> None:
+    windows = selectors.maintenance_overlapping(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end)
+    if windows:
+        window = windows[0]
+        raise DomainError(
+            "maintenance",
+            f"The node is in maintenance {window.start.isoformat()}–{window.end.isoformat()}: "
+            f"{window.reason}.",
+        )
+    rows = selectors.conflicting_bookings(
+        gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+    )
+    if rows:
+        _raise_conflict(rows, user=user)
+
+
+def _under_constraint(
+    write, *, user: AbstractBaseUser, gpu_ids: Sequence[int], start: dt.datetime,
+    end: dt.datetime, reservation_id: int,
+) -> None:
+    """Run `write` in a savepoint; if PostgreSQL's exclusion constraint rejects it (a booking
+    that slipped past our check), answer with the same conflict error our check gives."""
+    try:
+        with transaction.atomic():
+            write()
+    except IntegrityError as error:
+        if getattr(error.__cause__, "sqlstate", None) != EXCLUSION_VIOLATION:
+            raise
+        rows = selectors.conflicting_bookings(
+            gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=reservation_id
+        )
+        _raise_conflict(rows, user=user)
+
+
+def _retrying(operation):
+    """Run `operation` in a fresh transaction, again if PostgreSQL chose it as a deadlock or
+    serialization victim: such an error is another booking winning, never the caller's fault."""
+    attempts = 3
+    for attempt in range(1, attempts + 1):
+        try:
+            with transaction.atomic():
+                return operation()
+        except OperationalError as error:
+            if getattr(error.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+                raise
+            if attempt == attempts:
+                raise Conflict("busy", "The booking system is busy; please try again.") from error
+    raise AssertionError("unreachable")
+
+
+def _resolve_gpus(gpu_ids: Sequence[int]) -> list[Gpu]:
+    if not gpu_ids:
+        raise DomainError("no_gpus", "Choose at least one GPU.")
+    unique_ids = sorted(set(gpu_ids))
+    gpus = list(Gpu.objects.filter(pk__in=unique_ids).select_related("node"))
+    missing = sorted(set(unique_ids) - {gpu.pk for gpu in gpus})
+    if missing:
+        raise DomainError("unknown_gpu", f"No GPU with id {', '.join(map(str, missing))}.", gpus=missing)
+    if len({gpu.node_id for gpu in gpus}) > 1:
+        raise DomainError("multiple_nodes", "All GPUs of one booking must be on the same node.")
+    unavailable = [gpu for gpu in gpus if gpu.state != Gpu.State.ACTIVE]
+    if unavailable:
+        names = ", ".join(f"{gpu} ({gpu.get_state_display().lower()})" for gpu in unavailable)
+        raise DomainError("gpu_unavailable", f"Not bookable now: {names}.")
+    return gpus
+
+
+def _member_role(*, user: AbstractBaseUser, team: Team) -> str | None:
+    return (
+        Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
+    )
+
+
+def reservation_create(
+    *,
+    user: AbstractBaseUser,
+    team: Team,
+    gpu_ids: Sequence[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    now: dt.datetime,
+    note: str = "",
+) -> Reservation:
+    """Book `gpu_ids` (one node) for [start, end) on behalf of `team`."""
+    start, end = _validate_times(start=start, end=end)
+    if not user.is_superuser and _member_role(user=user, team=team) is None:
+        raise NotPermitted("not_team_member", f"You are not a member of {team.name}.")
+    gpus = _resolve_gpus(gpu_ids)
+    _validate_team_rules(team=team, start=start, end=end, now=now, check_start=True)
+    node_id = gpus[0].node_id
+    ids = [gpu.pk for gpu in gpus]
+
+    def book() -> Reservation:
+        _lock_booking(user_id=user.pk, team_id=team.pk, gpu_ids=ids)
+        locked_team = Team.objects.get(pk=team.pk)  # re-read: quota may have changed meanwhile
+        _check_free(user=user, node_id=node_id, gpu_ids=ids, start=start, end=end, exclude_reservation_id=None)
+        _check_quota(
+            team=locked_team, user_id=user.pk, start=start, end=end, gpu_count=len(ids),
+            exclude_reservation_id=None,
+        )
+        status = (
+            Reservation.Status.PENDING if locked_team.requires_approval else Reservation.Status.CONFIRMED
+        )
+        reservation = Reservation.objects.create(
+            user=user, team=locked_team, node_id=node_id, gpu_count=len(ids), start=start, end=end,
+            status=status, note=note, created_at=now, updated_at=now,
+        )
+        _under_constraint(
+            lambda: ReservationGpu.objects.bulk_create(
+                ReservationGpu(reservation=reservation, gpu_id=gpu_id, start=start, end=end)
+                for gpu_id in ids
+            ),
+            user=user, gpu_ids=ids, start=start, end=end, reservation_id=reservation.pk,
+        )
+        _audit(actor=user, at=now, action="create", reservation=reservation, before=None,
+               after=_snapshot(reservation))
+        return reservation
+
+    return _retrying(book)
+
+
+def _load_for_change(*, reservation_id: int, actor: AbstractBaseUser) -> Reservation:
+    reservation = (
+        Reservation.objects.select_related("team", "user").filter(pk=reservation_id).first()
+    )
+    if reservation is None:
+        raise NotFound("not_found", f"No reservation #{reservation_id}.")
+    if actor.is_superuser or reservation.user_id == actor.pk:
+        return reservation
+    role = _member_role(user=actor, team=reservation.team)
+    if role is None:
+        raise NotFound("not_found", f"No reservation #{reservation_id}.")  # do not reveal it
+    if role != Membership.Role.MANAGER:
+        raise NotPermitted(
+            "not_permitted", "Only the booker, a team manager or an admin may change this booking."
+        )
+    return reservation
+
+
+def reservation_cancel(
+    *, reservation_id: int, actor: AbstractBaseUser, now: dt.datetime, reason: str = ""
+) -> Reservation:
+    """Cancel a booking that has not begun; its GPU-hours are refunded in full."""
+    reservation = _load_for_change(reservation_id=reservation_id, actor=actor)
+
+    def cancel() -> Reservation:
+        locked = Reservation.objects.select_for_update().get(pk=reservation.pk)
+        if locked.status not in (Reservation.Status.PENDING, Reservation.Status.CONFIRMED):
+            raise Conflict("not_cancellable", f"A {locked.get_status_display().lower()} booking cannot be cancelled.")
+        if locked.start <= now:
+            raise Conflict("already_started", "This booking has begun; release it early instead.")
+        before = _snapshot(locked)
+        locked.status = Reservation.Status.CANCELLED
+        locked.release_reason = reason
+        locked.updated_at = now
+        locked.save(update_fields=["status", "release_reason", "updated_at"])
+        ReservationGpu.objects.filter(reservation=locked).update(occupies=False)
+        _audit(actor=actor, at=now, action="cancel", reservation=locked, before=before, after=_snapshot(locked))
+        return locked
+
+    return _retrying(cancel)
+
+
+def reservation_reschedule(
+    *,
+    reservation_id: int,
+    actor: AbstractBaseUser,
+    now: dt.datetime,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+) -> Reservation:
+    """Move, shorten or extend a booking. A booking that has begun keeps its start and may
+    not end before the current slot ends."""
+    reservation = _load_for_change(reservation_id=reservation_id, actor=actor)
+    new_start, new_end = _validate_times(start=start or reservation.start, end=end or reservation.end)
+
+    def reschedule() -> Reservation:
+        gpu_ids = list(ReservationGpu.objects.filter(reservation_id=reservation.pk).values_list("gpu_id", flat=True))
+        _lock_booking(user_id=reservation.user_id, team_id=reservation.team_id, gpu_ids=gpu_ids)
+        locked = Reservation.objects.select_related("team").get(pk=reservation.pk)
+        if locked.status not in Reservation.UPCOMING_OR_ACTIVE:
+            raise Conflict("not_changeable", f"A {locked.get_status_display().lower()} booking cannot be changed.")
+        begun = locked.start <= now
+        if begun and new_start != locked.start:
+            raise Conflict("already_started", "A booking that has begun cannot move its start.")
+        if begun and new_end < timegrid.ceil_to_slot(now, slot_minutes=_slot_minutes()):
+            raise DomainError("past_slot", "The end cannot be before the current slot ends.")
+        _validate_team_rules(team=locked.team, start=new_start, end=new_end, now=now, check_start=not begun)
+        _check_free(
+            user=actor, node_id=locked.node_id, gpu_ids=gpu_ids, start=new_start, end=new_end,
+            exclude_reservation_id=locked.pk,
+        )
+        _check_quota(
+            team=locked.team, user_id=locked.user_id, start=new_start, end=new_end,
+            gpu_count=locked.gpu_count, exclude_reservation_id=locked.pk,
+        )
+        before = _snapshot(locked)
+        locked.start, locked.end, locked.updated_at = new_start, new_end, now
+        locked.save(update_fields=["start", "end", "updated_at"])
+        _under_constraint(
+            lambda: ReservationGpu.objects.filter(reservation=locked).update(start=new_start, end=new_end),
+            user=actor, gpu_ids=gpu_ids, start=new_start, end=new_end, reservation_id=locked.pk,
+        )
+        _audit(actor=actor, at=now, action="reschedule", reservation=locked, before=before, after=_snapshot(locked))
+        return locked
+
+    return _retrying(reschedule)
+
+
+def reservation_release(
+    *,
+    reservation_id: int,
+    actor: AbstractBaseUser | None,
+    now: dt.datetime,
+    reason: str,
+) -> Reservation:
+    """End a booking early: it ends at the end of the current slot (or does not happen at all
+    if it has not begun); the GPU-hours after that are refunded and bookable again.
+    `actor=None` is the scheduler (no-show or early-finish release)."""
+    if actor is not None:
+        reservation = _load_for_change(reservation_id=reservation_id, actor=actor)
+    else:
+        reservation = Reservation.objects.filter(pk=reservation_id).first()
+        if reservation is None:
+            raise NotFound("not_found", f"No reservation #{reservation_id}.")
+
+    def release() -> Reservation:
+        locked = Reservation.objects.select_for_update().get(pk=reservation.pk)
+        if locked.status not in Reservation.UPCOMING_OR_ACTIVE:
+            raise Conflict("not_releasable", f"A {locked.get_status_display().lower()} booking cannot be released.")
+        before = _snapshot(locked)
+        new_end = timegrid.ceil_to_slot(now, slot_minutes=_slot_minutes())
+        if new_end <= locked.start:
+            locked.status = Reservation.Status.CANCELLED  # nothing of it was used
+            ReservationGpu.objects.filter(reservation=locked).update(occupies=False)
+        else:
+            locked.status = Reservation.Status.RELEASED
+            locked.end = min(locked.end, new_end)
+            ReservationGpu.objects.filter(reservation=locked).update(end=locked.end)
+        locked.release_reason = reason
+        locked.updated_at = now
+        locked.save(update_fields=["status", "end", "release_reason", "updated_at"])
+        _audit(actor=actor, at=now, action="release", reservation=locked, before=before, after=_snapshot(locked))
+        return locked
+
+    return _retrying(release)
+
+
+def reservation_approve(*, reservation_id: int, actor: AbstractBaseUser, now: dt.datetime) -> Reservation:
+    reservation = _load_for_change(reservation_id=reservation_id, actor=actor)
+    if not selectors.user_can_manage_team(user=actor, team_id=reservation.team_id):
+        raise NotPermitted("not_permitted", "Only a team manager or an admin may approve bookings.")
+
+    def approve() -> Reservation:
+        locked = Reservation.objects.select_for_update().get(pk=reservation.pk)
+        if locked.status != Reservation.Status.PENDING:
+            raise Conflict("not_pending", "This booking is not waiting for approval.")
+        before = _snapshot(locked)
+        locked.status = Reservation.Status.CONFIRMED
+        locked.updated_at = now
+        locked.save(update_fields=["status", "updated_at"])
+        _audit(actor=actor, at=now, action="approve", reservation=locked, before=before, after=_snapshot(locked))
+        return locked
+
+    return _retrying(approve)
+
+
+def reservations_advance(*, now: dt.datetime) -> dict[str, int]:
+    """Move statuses along the clock: confirmed → active at start, active/confirmed →
+    completed at end. A conditional UPDATE each, so two ticks cannot disagree."""
+    started = Reservation.objects.filter(
+        status=Reservation.Status.CONFIRMED, start__lte=now, end__gt=now
+    ).update(status=Reservation.Status.ACTIVE, updated_at=now)
+    finished = Reservation.objects.filter(
+        status__in=(Reservation.Status.CONFIRMED, Reservation.Status.ACTIVE), end__lte=now
+    ).update(status=Reservation.Status.COMPLETED, updated_at=now)
+    return {"activated": started, "completed": finished}
+
+
+TEAM_SETTINGS = (
+    "monthly_gpu_hours", "user_daily_cap_gpu_hours", "max_booking_hours", "min_notice_minutes",
+    "max_days_ahead", "requires_approval", "time_zone",
+)
+
+
+def team_update_settings(
+    *, team_id: int, actor: AbstractBaseUser, changes: dict, now: dt.datetime
+) -> Team:
+    """Admins change a team's quota and booking rules. Lowering a quota below what is already
+    booked does not cancel anything; it only stops new bookings."""
+    if not actor.is_superuser:
+        raise NotPermitted("not_permitted", "Only admins may change team quotas.")
+    unknown = sorted(set(changes) - set(TEAM_SETTINGS))
+    if unknown:
+        raise DomainError("unknown_setting", f"Not a team setting: {', '.join(unknown)}.")
+    with transaction.atomic():
+        team = Team.objects.select_for_update().get(pk=team_id)
+        before = {name: getattr(team, name) for name in changes}
+        for name, value in changes.items():
+            setattr(team, name, value)
+        team.full_clean()
+        team.save(update_fields=list(changes))
+        AuditEntry.objects.create(
+            actor=actor, at=now, action="team_settings", team=team, before=before, after=changes
+        )
+    return team
