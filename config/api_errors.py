@@ -8,7 +8,6 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from config.errors import DomainError
 
-
 _CODES_BY_CLASS = {
     exceptions.NotAuthenticated: "not_authenticated",
     exceptions.AuthenticationFailed: "authentication_failed",

@@ -24,7 +24,7 @@ VAR_DIR = Path(env_str("GPUBOOK_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DEBUG", False)
-_DEV_SECRET = "gpubook-insecure-development-key-do-not-use-in-production"
+_DEV_SECRET = "gpubook-insecure-development-key-do-not-use-in-production"  # noqa: S105 — DEBUG only
 SECRET_KEY = env_str("SECRET_KEY", _DEV_SECRET if DEBUG else "")
 if not SECRET_KEY:
     raise ConfigError("SECRET_KEY must be set when DEBUG is false")
@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "gpus",
     "reservations",
     "training",
+    "notifications",
 ]
 
 MIDDLEWARE = [

@@ -6,7 +6,7 @@ import os
 os.environ.setdefault("SECRET_KEY", "gpubook-tests-only")
 os.environ.setdefault("DEBUG", "false")
 
-from config.settings import *  # noqa: E402,F403
+from config.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}  # noqa: F405

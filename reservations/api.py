@@ -14,10 +14,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from config.errors import DomainError, NotPermitted
+from config.errors import DomainError, NotFound, NotPermitted
 from gpus.models import Gpu, Node
 from reservations import selectors, services
-from reservations.models import Reservation, ReservationGpu, Team
+from reservations.models import ReservationGpu, Team
 from reservations.serializers import (
     AwareDateTimeField,
     GpuSerializer,
@@ -102,16 +102,16 @@ class NodeAvailabilityView(APIView):
         return _availability(gpu_ids, request.query_params)
 
 
-class ReservationViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
-):
+class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = ReservationSerializer
 
     def get_queryset(self):
         queryset = (
             selectors.reservations_visible_to(user=self.request.user)
             .select_related("team", "user", "node")
-            .prefetch_related(Prefetch("booked", queryset=ReservationGpu.objects.only("id", "gpu_id", "reservation_id")))
+            .prefetch_related(
+                Prefetch("booked", queryset=ReservationGpu.objects.only("id", "gpu_id", "reservation_id"))
+            )
             .order_by("start", "id")
         )
         params = self.request.query_params
@@ -133,9 +133,12 @@ class ReservationViewSet(
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("gpu", int), OpenApiParameter("team", int),
-            OpenApiParameter("mine", bool), OpenApiParameter("status", str),
-            OpenApiParameter("from", str), OpenApiParameter("to", str),
+            OpenApiParameter("gpu", int),
+            OpenApiParameter("team", int),
+            OpenApiParameter("mine", bool),
+            OpenApiParameter("status", str),
+            OpenApiParameter("from", str),
+            OpenApiParameter("to", str),
         ]
     )
     def list(self, request, *args, **kwargs):
@@ -150,8 +153,13 @@ class ReservationViewSet(
         if team is None:
             raise DomainError("unknown_team", f"No team with id {values['team']}.")
         reservation = services.reservation_create(
-            user=request.user, team=team, gpu_ids=values["gpus"], start=values["start"],
-            end=values["end"], note=values["note"], now=timezone.now(),
+            user=request.user,
+            team=team,
+            gpu_ids=values["gpus"],
+            start=values["start"],
+            end=values["end"],
+            note=values["note"],
+            now=timezone.now(),
         )
         return Response(self._render(reservation.pk), status=status.HTTP_201_CREATED)
 
@@ -172,7 +180,9 @@ class ReservationViewSet(
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)
         services.reservation_cancel(
-            reservation_id=_int(pk), actor=request.user, now=timezone.now(),
+            reservation_id=_int(pk),
+            actor=request.user,
+            now=timezone.now(),
             reason=reason.validated_data["reason"],
         )
         return Response(self._render(_int(pk)))
@@ -183,7 +193,9 @@ class ReservationViewSet(
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)
         services.reservation_release(
-            reservation_id=_int(pk), actor=request.user, now=timezone.now(),
+            reservation_id=_int(pk),
+            actor=request.user,
+            now=timezone.now(),
             reason=reason.validated_data["reason"] or "released early by the user",
         )
         return Response(self._render(_int(pk)))
@@ -203,7 +215,7 @@ def _int(value: object) -> int:
     try:
         return int(str(value))
     except ValueError:
-        raise DomainError("invalid_id", f"{value!r} is not an id.") from None
+        raise NotFound("not_found", "Not found.") from None  # a path that names no object
 
 
 def _int_param(params, name: str) -> int:

@@ -146,6 +146,9 @@ class ReservationGpu(models.Model):
             models.UniqueConstraint(fields=["reservation", "gpu"], name="reservationgpu_unique")
         ]
 
+    def __str__(self) -> str:
+        return f"reservation #{self.reservation_id} GPU {self.gpu_id}"
+
 
 class AuditEntry(models.Model):
     """Who changed what, when, with the state before and after."""

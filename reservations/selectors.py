@@ -19,9 +19,7 @@ def user_team_roles(*, user: AbstractBaseUser) -> dict[int, str]:
 def user_can_manage_team(*, user: AbstractBaseUser, team_id: int) -> bool:
     if user.is_superuser:
         return True
-    return Membership.objects.filter(
-        user=user, team_id=team_id, role=Membership.Role.MANAGER
-    ).exists()
+    return Membership.objects.filter(user=user, team_id=team_id, role=Membership.Role.MANAGER).exists()
 
 
 def teams_visible_to(*, user: AbstractBaseUser) -> QuerySet[Team]:
@@ -85,9 +83,7 @@ def conflicting_bookings(
     exclude_reservation_id: int | None = None,
 ) -> list[ReservationGpu]:
     rows = (
-        ReservationGpu.objects.filter(
-            gpu_id__in=list(gpu_ids), occupies=True, start__lt=end, end__gt=start
-        )
+        ReservationGpu.objects.filter(gpu_id__in=list(gpu_ids), occupies=True, start__lt=end, end__gt=start)
         .select_related("reservation__team", "reservation__user")
         .order_by("start", "gpu_id")
     )
@@ -106,23 +102,17 @@ def maintenance_overlapping(
     )
 
 
-def free_windows(
-    *, gpu_ids: list[int], start: dt.datetime, end: dt.datetime
-) -> list[tuple[dt.datetime, dt.datetime]]:
+def free_windows(*, gpu_ids: list[int], start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
     """Windows inside [start, end) where every listed GPU is free of bookings and maintenance."""
     busy: list[tuple[dt.datetime, dt.datetime]] = [
         (max(row.start, start), min(row.end, end))
-        for row in ReservationGpu.objects.filter(
-            gpu_id__in=gpu_ids, occupies=True, start__lt=end, end__gt=start
-        )
+        for row in ReservationGpu.objects.filter(gpu_id__in=gpu_ids, occupies=True, start__lt=end, end__gt=start)
     ]
     node_ids = set(Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True))
     for node_id in node_ids:
         busy += [
             (max(window.start, start), min(window.end, end))
-            for window in maintenance_overlapping(
-                node_id=node_id, gpu_ids=gpu_ids, start=start, end=end
-            )
+            for window in maintenance_overlapping(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end)
         ]
     windows = []
     cursor = start

@@ -43,13 +43,22 @@ def _snapshot(reservation: Reservation) -> dict:
 
 
 def _audit(
-    *, actor: AbstractBaseUser | None, at: dt.datetime, action: str, reservation: Reservation,
-    before: dict | None, after: dict | None,
+    *,
+    actor: AbstractBaseUser | None,
+    at: dt.datetime,
+    action: str,
+    reservation: Reservation,
+    before: dict | None,
+    after: dict | None,
 ) -> None:
     AuditEntry.objects.create(
         actor=actor if actor is not None and actor.is_authenticated else None,
-        at=at, action=action, reservation=reservation, team_id=reservation.team_id,
-        before=before, after=after,
+        at=at,
+        action=action,
+        reservation=reservation,
+        team_id=reservation.team_id,
+        before=before,
+        after=after,
     )
 
 
@@ -94,9 +103,7 @@ def _raise_conflict(rows: list[ReservationGpu], *, user: AbstractBaseUser) -> No
         viewer_team_ids=set(selectors.user_team_roles(user=user)),
         is_admin=user.is_superuser,
     )
-    spans = ", ".join(
-        f"GPU {','.join(map(str, item['gpus']))} {item['start']}–{item['end']}" for item in conflicts
-    )
+    spans = ", ".join(f"GPU {','.join(map(str, item['gpus']))} {item['start']}–{item['end']}" for item in conflicts)
     raise Conflict(
         "slot_conflict",
         f"The requested time collides with {len(conflicts)} existing booking(s): {spans}.",
@@ -114,9 +121,7 @@ def _validate_times(*, start: dt.datetime, end: dt.datetime) -> tuple[dt.datetim
         raise DomainError("invalid_range", "The end must be after the start.")
     slot = _slot_minutes()
     if not (timegrid.is_on_grid(start, slot_minutes=slot) and timegrid.is_on_grid(end, slot_minutes=slot)):
-        raise DomainError(
-            "off_grid", f"Start and end must be on the {slot}-minute slot grid (e.g. :00 or :30)."
-        )
+        raise DomainError("off_grid", f"Start and end must be on the {slot}-minute slot grid (e.g. :00 or :30).")
     return start, end
 
 
@@ -128,21 +133,20 @@ def _validate_team_rules(
         if start < current_slot:
             raise DomainError("past_slot", "That slot has already begun or passed.")
         if team.min_notice_minutes and start < now + dt.timedelta(minutes=team.min_notice_minutes):
-            raise DomainError(
-                "too_soon", f"{team.name} bookings need {team.min_notice_minutes} minutes' notice."
-            )
+            raise DomainError("too_soon", f"{team.name} bookings need {team.min_notice_minutes} minutes' notice.")
         if start > now + dt.timedelta(days=team.max_days_ahead):
-            raise DomainError(
-                "too_far_ahead", f"{team.name} may book at most {team.max_days_ahead} days ahead."
-            )
+            raise DomainError("too_far_ahead", f"{team.name} may book at most {team.max_days_ahead} days ahead.")
     if team.max_booking_hours and end - start > dt.timedelta(hours=team.max_booking_hours):
-        raise DomainError(
-            "too_long", f"A {team.name} booking may last at most {team.max_booking_hours} hours."
-        )
+        raise DomainError("too_long", f"A {team.name} booking may last at most {team.max_booking_hours} hours.")
 
 
 def _check_quota(
-    *, team: Team, user_id: int, start: dt.datetime, end: dt.datetime, gpu_count: int,
+    *,
+    team: Team,
+    user_id: int,
+    start: dt.datetime,
+    end: dt.datetime,
+    gpu_count: int,
     exclude_reservation_id: int | None,
 ) -> None:
     """Refuse if any calendar month (team time zone) this booking touches would go over quota,
@@ -151,7 +155,9 @@ def _check_quota(
     quota_seconds = team.monthly_gpu_hours * 3600
     for month_start, month_end in timegrid.split_by_period(start, end, tz):
         used = selectors.usage_seconds(
-            team=team, window_start=month_start, window_end=month_end,
+            team=team,
+            window_start=month_start,
+            window_end=month_end,
             exclude_reservation_id=exclude_reservation_id,
         )
         wanted = gpu_count * timegrid.overlap_seconds(start, end, month_start, month_end)
@@ -162,7 +168,8 @@ def _check_quota(
                 "quota_exceeded",
                 f"{team.name} has {remaining:.1f} of {team.monthly_gpu_hours} GPU-hours left in "
                 f"{month}; this booking needs {wanted / 3600:.1f}.",
-                month=month, remaining_gpu_hours=round(remaining, 2),
+                month=month,
+                remaining_gpu_hours=round(remaining, 2),
                 requested_gpu_hours=round(wanted / 3600, 2),
                 quota_gpu_hours=team.monthly_gpu_hours,
             )
@@ -173,7 +180,10 @@ def _check_quota(
         start, end, tz, period_start=timegrid.day_start, next_period_start=timegrid.next_day_start
     ):
         used = selectors.usage_seconds(
-            team=team, window_start=day_start, window_end=day_end, user_id=user_id,
+            team=team,
+            window_start=day_start,
+            window_end=day_end,
+            user_id=user_id,
             exclude_reservation_id=exclude_reservation_id,
         )
         wanted = gpu_count * timegrid.overlap_seconds(start, end, day_start, day_end)
@@ -184,21 +194,26 @@ def _check_quota(
                 "daily_cap_exceeded",
                 f"You have {remaining:.1f} of your {team.user_daily_cap_gpu_hours} daily GPU-hours "
                 f"in {team.name} left on {day}.",
-                day=day, remaining_gpu_hours=round(remaining, 2),
+                day=day,
+                remaining_gpu_hours=round(remaining, 2),
             )
 
 
 def _check_free(
-    *, user: AbstractBaseUser, node_id: int, gpu_ids: Sequence[int], start: dt.datetime,
-    end: dt.datetime, exclude_reservation_id: int | None,
+    *,
+    user: AbstractBaseUser,
+    node_id: int,
+    gpu_ids: Sequence[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    exclude_reservation_id: int | None,
 ) -> None:
     windows = selectors.maintenance_overlapping(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end)
     if windows:
         window = windows[0]
         raise DomainError(
             "maintenance",
-            f"The node is in maintenance {window.start.isoformat()}–{window.end.isoformat()}: "
-            f"{window.reason}.",
+            f"The node is in maintenance {window.start.isoformat()}–{window.end.isoformat()}: {window.reason}.",
         )
     rows = selectors.conflicting_bookings(
         gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=exclude_reservation_id
@@ -208,8 +223,13 @@ def _check_free(
 
 
 def _under_constraint(
-    write, *, user: AbstractBaseUser, gpu_ids: Sequence[int], start: dt.datetime,
-    end: dt.datetime, reservation_id: int,
+    write,
+    *,
+    user: AbstractBaseUser,
+    gpu_ids: Sequence[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    reservation_id: int,
 ) -> None:
     """Run `write` in a savepoint; if PostgreSQL's exclusion constraint rejects it (a booking
     that slipped past our check), answer with the same conflict error our check gives."""
@@ -259,9 +279,7 @@ def _resolve_gpus(gpu_ids: Sequence[int]) -> list[Gpu]:
 
 
 def _member_role(*, user: AbstractBaseUser, team: Team) -> str | None:
-    return (
-        Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
-    )
+    return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
 
 
 def reservation_create(
@@ -288,34 +306,44 @@ def reservation_create(
         locked_team = Team.objects.get(pk=team.pk)  # re-read: quota may have changed meanwhile
         _check_free(user=user, node_id=node_id, gpu_ids=ids, start=start, end=end, exclude_reservation_id=None)
         _check_quota(
-            team=locked_team, user_id=user.pk, start=start, end=end, gpu_count=len(ids),
+            team=locked_team,
+            user_id=user.pk,
+            start=start,
+            end=end,
+            gpu_count=len(ids),
             exclude_reservation_id=None,
         )
-        status = (
-            Reservation.Status.PENDING if locked_team.requires_approval else Reservation.Status.CONFIRMED
-        )
+        status = Reservation.Status.PENDING if locked_team.requires_approval else Reservation.Status.CONFIRMED
         reservation = Reservation.objects.create(
-            user=user, team=locked_team, node_id=node_id, gpu_count=len(ids), start=start, end=end,
-            status=status, note=note, created_at=now, updated_at=now,
+            user=user,
+            team=locked_team,
+            node_id=node_id,
+            gpu_count=len(ids),
+            start=start,
+            end=end,
+            status=status,
+            note=note,
+            created_at=now,
+            updated_at=now,
         )
         _under_constraint(
             lambda: ReservationGpu.objects.bulk_create(
-                ReservationGpu(reservation=reservation, gpu_id=gpu_id, start=start, end=end)
-                for gpu_id in ids
+                ReservationGpu(reservation=reservation, gpu_id=gpu_id, start=start, end=end) for gpu_id in ids
             ),
-            user=user, gpu_ids=ids, start=start, end=end, reservation_id=reservation.pk,
+            user=user,
+            gpu_ids=ids,
+            start=start,
+            end=end,
+            reservation_id=reservation.pk,
         )
-        _audit(actor=user, at=now, action="create", reservation=reservation, before=None,
-               after=_snapshot(reservation))
+        _audit(actor=user, at=now, action="create", reservation=reservation, before=None, after=_snapshot(reservation))
         return reservation
 
     return _retrying(book)
 
 
 def _load_for_change(*, reservation_id: int, actor: AbstractBaseUser) -> Reservation:
-    reservation = (
-        Reservation.objects.select_related("team", "user").filter(pk=reservation_id).first()
-    )
+    reservation = Reservation.objects.select_related("team", "user").filter(pk=reservation_id).first()
     if reservation is None:
         raise NotFound("not_found", f"No reservation #{reservation_id}.")
     if actor.is_superuser or reservation.user_id == actor.pk:
@@ -324,9 +352,7 @@ def _load_for_change(*, reservation_id: int, actor: AbstractBaseUser) -> Reserva
     if role is None:
         raise NotFound("not_found", f"No reservation #{reservation_id}.")  # do not reveal it
     if role != Membership.Role.MANAGER:
-        raise NotPermitted(
-            "not_permitted", "Only the booker, a team manager or an admin may change this booking."
-        )
+        raise NotPermitted("not_permitted", "Only the booker, a team manager or an admin may change this booking.")
     return reservation
 
 
@@ -380,19 +406,31 @@ def reservation_reschedule(
             raise DomainError("past_slot", "The end cannot be before the current slot ends.")
         _validate_team_rules(team=locked.team, start=new_start, end=new_end, now=now, check_start=not begun)
         _check_free(
-            user=actor, node_id=locked.node_id, gpu_ids=gpu_ids, start=new_start, end=new_end,
+            user=actor,
+            node_id=locked.node_id,
+            gpu_ids=gpu_ids,
+            start=new_start,
+            end=new_end,
             exclude_reservation_id=locked.pk,
         )
         _check_quota(
-            team=locked.team, user_id=locked.user_id, start=new_start, end=new_end,
-            gpu_count=locked.gpu_count, exclude_reservation_id=locked.pk,
+            team=locked.team,
+            user_id=locked.user_id,
+            start=new_start,
+            end=new_end,
+            gpu_count=locked.gpu_count,
+            exclude_reservation_id=locked.pk,
         )
         before = _snapshot(locked)
         locked.start, locked.end, locked.updated_at = new_start, new_end, now
         locked.save(update_fields=["start", "end", "updated_at"])
         _under_constraint(
             lambda: ReservationGpu.objects.filter(reservation=locked).update(start=new_start, end=new_end),
-            user=actor, gpu_ids=gpu_ids, start=new_start, end=new_end, reservation_id=locked.pk,
+            user=actor,
+            gpu_ids=gpu_ids,
+            start=new_start,
+            end=new_end,
+            reservation_id=locked.pk,
         )
         _audit(actor=actor, at=now, action="reschedule", reservation=locked, before=before, after=_snapshot(locked))
         return locked
@@ -461,9 +499,9 @@ def reservation_approve(*, reservation_id: int, actor: AbstractBaseUser, now: dt
 def reservations_advance(*, now: dt.datetime) -> dict[str, int]:
     """Move statuses along the clock: confirmed → active at start, active/confirmed →
     completed at end. A conditional UPDATE each, so two ticks cannot disagree."""
-    started = Reservation.objects.filter(
-        status=Reservation.Status.CONFIRMED, start__lte=now, end__gt=now
-    ).update(status=Reservation.Status.ACTIVE, updated_at=now)
+    started = Reservation.objects.filter(status=Reservation.Status.CONFIRMED, start__lte=now, end__gt=now).update(
+        status=Reservation.Status.ACTIVE, updated_at=now
+    )
     finished = Reservation.objects.filter(
         status__in=(Reservation.Status.CONFIRMED, Reservation.Status.ACTIVE), end__lte=now
     ).update(status=Reservation.Status.COMPLETED, updated_at=now)
@@ -471,14 +509,17 @@ def reservations_advance(*, now: dt.datetime) -> dict[str, int]:
 
 
 TEAM_SETTINGS = (
-    "monthly_gpu_hours", "user_daily_cap_gpu_hours", "max_booking_hours", "min_notice_minutes",
-    "max_days_ahead", "requires_approval", "time_zone",
+    "monthly_gpu_hours",
+    "user_daily_cap_gpu_hours",
+    "max_booking_hours",
+    "min_notice_minutes",
+    "max_days_ahead",
+    "requires_approval",
+    "time_zone",
 )
 
 
-def team_update_settings(
-    *, team_id: int, actor: AbstractBaseUser, changes: dict, now: dt.datetime
-) -> Team:
+def team_update_settings(*, team_id: int, actor: AbstractBaseUser, changes: dict, now: dt.datetime) -> Team:
     """Admins change a team's quota and booking rules. Lowering a quota below what is already
     booked does not cancel anything; it only stops new bookings."""
     if not actor.is_superuser:
@@ -493,7 +534,5 @@ def team_update_settings(
             setattr(team, name, value)
         team.full_clean()
         team.save(update_fields=list(changes))
-        AuditEntry.objects.create(
-            actor=actor, at=now, action="team_settings", team=team, before=before, after=changes
-        )
+        AuditEntry.objects.create(actor=actor, at=now, action="team_settings", team=team, before=before, after=changes)
     return team

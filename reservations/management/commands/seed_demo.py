@@ -14,6 +14,7 @@ from reservations.models import Membership, Reservation, Team, UserProfile
 
 DEMO_PASSWORD = "gpubook-demo"  # noqa: S105 — the documented demo login, never a real secret
 DEMO_NOTE_PREFIX = "demo: "
+DEMO_PURPOSES = ["yolov8n sweep", "detector fine-tune", "ablation", "eval run"]
 
 
 class Command(BaseCommand):
@@ -30,8 +31,12 @@ class Command(BaseCommand):
             )
         vision, _ = Team.objects.get_or_create(
             slug="vision",
-            defaults={"name": "vision", "monthly_gpu_hours": 2000, "user_daily_cap_gpu_hours": 96,
-                      "time_zone": "Europe/Berlin"},
+            defaults={
+                "name": "vision",
+                "monthly_gpu_hours": 2000,
+                "user_daily_cap_gpu_hours": 96,
+                "time_zone": "Europe/Berlin",
+            },
         )
         nlp, _ = Team.objects.get_or_create(
             slug="nlp", defaults={"name": "nlp", "monthly_gpu_hours": 1200, "time_zone": "America/New_York"}
@@ -51,9 +56,7 @@ class Command(BaseCommand):
         if not Reservation.objects.filter(note__startswith=DEMO_NOTE_PREFIX).exists():
             made = self._week_of_bookings(now=now, users=users, teams={"vision": vision, "nlp": nlp})
             self.stdout.write(f"created {made} demo bookings")
-        self.stdout.write(
-            "Demo logins (password gpubook-demo): alice, bob (vision manager), carol (nlp), admin"
-        )
+        self.stdout.write("Demo logins (password gpubook-demo): alice, bob (vision manager), carol (nlp), admin")
 
     def _user(self, username: str, *, email: str, superuser: bool = False):
         user_model = get_user_model()
@@ -82,10 +85,12 @@ class Command(BaseCommand):
                 start = first_slot + dt.timedelta(days=day, hours=chooser.randrange(0, 20))
                 try:
                     services.reservation_create(
-                        user=users[username], team=team,
-                        gpu_ids=chooser.sample(node_gpus, count), start=start,
+                        user=users[username],
+                        team=team,
+                        gpu_ids=chooser.sample(node_gpus, count),
+                        start=start,
                         end=start + dt.timedelta(hours=chooser.choice([2, 3, 4, 6])),
-                        note=f"{DEMO_NOTE_PREFIX}{chooser.choice(['yolov8n sweep', 'detector fine-tune', 'ablation', 'eval run'])}",
+                        note=DEMO_NOTE_PREFIX + chooser.choice(DEMO_PURPOSES),
                         now=now,
                     )
                     made += 1

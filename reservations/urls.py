@@ -1,0 +1,3 @@
+"""Pages (server-rendered, htmx). The REST API lives in api_urls.py."""
+
+urlpatterns: list = []
