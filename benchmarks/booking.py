@@ -1,0 +1,246 @@
+"""Booking throughput: N clients book through the real HTTP API (gunicorn + PostgreSQL), and
+the same attempts run as raw SQL inserts against the same table and exclusion constraint.
+
+    .venv/bin/python benchmarks/booking.py [--clients 16] [--attempts-per-client 150]
+
+Prints attempts/s, p50/p99 latency for both, the API/raw ratio, and checks that neither run
+left a double booking. Uses its own database (gpubook_bench_booking), dropped and recreated.
+"""
+
+import argparse
+import datetime as dt
+import http.client
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = "postgres://postgres@127.0.0.1:5432"
+DATABASE = "gpubook_bench_booking"
+DATABASE_URL = f"{SERVER}/{DATABASE}"
+NODES, GPUS_PER_NODE, SLOTS, TEAMS = 4, 8, 400, 8
+FIRST_SLOT = dt.datetime(2031, 1, 6, tzinfo=dt.UTC)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def recreate_database() -> None:
+    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as connection:
+        connection.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        connection.execute(f"CREATE DATABASE {DATABASE}")
+    env = {**os.environ, "DATABASE_URL": DATABASE_URL, "SECRET_KEY": "bench", "DEBUG": "false"}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+
+
+def seed(clients: int) -> tuple[list[int], list[tuple[int, int, str]]]:
+    """GPUs, teams and one user + token per client. Returns (gpu ids, [(user, team, token)])."""
+    os.environ.update(DATABASE_URL=DATABASE_URL, SECRET_KEY="bench", DJANGO_SETTINGS_MODULE="config.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from gpus.models import Gpu, Node
+    from reservations.models import Membership, Team
+
+    gpu_ids = []
+    for node_number in range(NODES):
+        node = Node.objects.create(name=f"bench-{node_number}")
+        gpu_ids += [
+            Gpu.objects.create(node=node, index=i, model_name="A100", memory_mib=81920).pk for i in range(GPUS_PER_NODE)
+        ]
+    teams = [Team.objects.create(name=f"t{i}", slug=f"t{i}", monthly_gpu_hours=10**6, max_days_ahead=3650)
+             for i in range(TEAMS)]
+    people = []
+    for number in range(clients):
+        user = get_user_model().objects.create_user(username=f"client{number}")
+        team = teams[number % TEAMS]
+        Membership.objects.create(user=user, team=team)
+        people.append((user.pk, team.pk, Token.objects.create(user=user).key))
+    from django.db import connections
+
+    connections.close_all()
+    return gpu_ids, people
+
+
+def workload(gpu_ids: list[int], clients: int, attempts: int, seed: int = 7) -> list[list[tuple[int, int]]]:
+    chooser = random.Random(seed)
+    return [[(chooser.choice(gpu_ids), chooser.randrange(SLOTS)) for _ in range(attempts)] for _ in range(clients)]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(port: int) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": DATABASE_URL, "SECRET_KEY": "bench", "DEBUG": "false",
+           "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "ERROR"}
+    server = subprocess.Popen(
+        [str(ROOT / ".venv/bin/gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{port}", "-k", "gthread",
+         "-w", "3", "--threads", "6", "--log-level", "warning"],
+        cwd=ROOT, env=env,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return server
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError("gunicorn did not start")
+
+
+def run_clients(worker, plans) -> tuple[float, list[float], dict[str, int]]:
+    latencies: list[list[float]] = [[] for _ in plans]
+    outcomes: list[dict[str, int]] = [{} for _ in plans]
+    start_line = threading.Barrier(len(plans) + 1)
+    threads = [
+        threading.Thread(target=worker, args=(number, plan, start_line, latencies[number], outcomes[number]))
+        for number, plan in enumerate(plans)
+    ]
+    for thread in threads:
+        thread.start()
+    start_line.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    merged: dict[str, int] = {}
+    for outcome in outcomes:
+        for key, value in outcome.items():
+            merged[key] = merged.get(key, 0) + value
+    return elapsed, [value for values in latencies for value in values], merged
+
+
+def api_run(port: int, people, plans):
+    def worker(number, plan, start_line, latencies, outcomes):
+        _, team_id, token = people[number]
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+        start_line.wait()
+        for gpu_id, slot in plan:
+            start = FIRST_SLOT + dt.timedelta(hours=slot)
+            body = json.dumps({"gpus": [gpu_id], "team": team_id, "start": start.isoformat(),
+                               "end": (start + dt.timedelta(hours=1)).isoformat()})
+            began = time.perf_counter()
+            connection.request("POST", "/api/v1/reservations/", body=body, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+            latencies.append(time.perf_counter() - began)
+            key = str(response.status) if response.status in (201, 409) else f"{response.status}:{payload[:80]!r}"
+            outcomes[key] = outcomes.get(key, 0) + 1
+        connection.close()
+
+    return run_clients(worker, plans)
+
+
+def raw_run(people, plans):
+    def worker(number, plan, start_line, latencies, outcomes):
+        user_id, team_id, _ = people[number]
+        connection = psycopg.connect(DATABASE_URL)
+        node_of = dict(connection.execute("SELECT id, node_id FROM gpus_gpu").fetchall())
+        start_line.wait()
+        for gpu_id, slot in plan:
+            start = FIRST_SLOT + dt.timedelta(hours=slot)
+            end = start + dt.timedelta(hours=1)
+            began = time.perf_counter()
+            try:
+                with connection.transaction():
+                    (reservation_id,) = connection.execute(
+                        "INSERT INTO reservations_reservation (user_id, team_id, node_id, gpu_count, start, \"end\","
+                        " status, note, release_reason, created_at, updated_at)"
+                        " VALUES (%s, %s, %s, 1, %s, %s, 'confirmed', '', '', now(), now()) RETURNING id",
+                        (user_id, team_id, node_of[gpu_id], start, end),
+                    ).fetchone()
+                    connection.execute(
+                        "INSERT INTO reservations_reservationgpu (reservation_id, gpu_id, start, \"end\", occupies)"
+                        " VALUES (%s, %s, %s, %s, true)",
+                        (reservation_id, gpu_id, start, end),
+                    )
+                key = "201"
+            except psycopg.errors.ExclusionViolation:
+                key = "409"
+            latencies.append(time.perf_counter() - began)
+            outcomes[key] = outcomes.get(key, 0) + 1
+        connection.close()
+
+    return run_clients(worker, plans)
+
+
+def double_bookings() -> int:
+    with psycopg.connect(DATABASE_URL) as connection:
+        (count,) = connection.execute(
+            "SELECT count(*) FROM reservations_reservationgpu a JOIN reservations_reservationgpu b"
+            " ON a.gpu_id = b.gpu_id AND a.id < b.id AND a.occupies AND b.occupies"
+            " AND a.start < b.\"end\" AND b.start < a.\"end\""
+        ).fetchone()
+    return count
+
+
+def clear_bookings() -> None:
+    with psycopg.connect(DATABASE_URL) as connection:
+        connection.execute(
+            "TRUNCATE reservations_auditentry, reservations_reservationgpu, reservations_reservation CASCADE"
+        )
+
+
+def report(name: str, elapsed: float, latencies: list[float], outcomes: dict[str, int]) -> float:
+    rate = len(latencies) / elapsed
+    print(f"{name:>4}: {len(latencies)} attempts in {elapsed:.2f} s = {rate:,.0f} attempts/s; "
+          f"p50 {1000 * statistics.median(latencies):.1f} ms, p99 {1000 * percentile(latencies, 0.99):.1f} ms; "
+          f"outcomes {dict(sorted(outcomes.items()))}")
+    return rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--attempts-per-client", type=int, default=150)
+    args = parser.parse_args(argv)
+
+    recreate_database()
+    gpu_ids, people = seed(args.clients)
+    plans = workload(gpu_ids, args.clients, args.attempts_per_client)
+    print(f"booking benchmark: {args.clients} clients x {args.attempts_per_client} attempts, "
+          f"{len(gpu_ids)} GPUs x {SLOTS} one-hour slots, {TEAMS} teams")
+
+    raw_rate = report("raw", *raw_run(people, plans))
+    raw_doubles = double_bookings()
+    clear_bookings()
+
+    port = free_port()
+    server = start_server(port)
+    try:
+        api_rate = report("api", *api_run(port, people, plans))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    api_doubles = double_bookings()
+
+    print(f"API/raw throughput ratio: {api_rate / raw_rate:.2f} (goal >= 0.25)")
+    print(f"double bookings: raw {raw_doubles}, api {api_doubles}")
+    if raw_doubles or api_doubles:
+        print("FAIL: a GPU was double-booked", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
