@@ -135,6 +135,25 @@ GPUBOOK_STOP_GRACE_SECONDS = env_int("GPUBOOK_STOP_GRACE_SECONDS", 60, minimum=0
 GPUBOOK_NO_SHOW_MINUTES = env_int("GPUBOOK_NO_SHOW_MINUTES", 15, minimum=1)
 GPUBOOK_EXECUTOR = env_choice("EXECUTOR", "local", {"local", "kubernetes"})
 GPUBOOK_TICK_SECONDS = env_int("GPUBOOK_TICK_SECONDS", 5, minimum=1)
+# Directories a team's jobs may read data and weights from; "{team}" is the team's slug.
+GPUBOOK_DATA_ROOTS = env_list(
+    "GPUBOOK_DATA_ROOTS", [str(VAR_DIR / "datasets" / "{team}"), str(VAR_DIR / "datasets" / "shared")]
+)
+# Where runs write checkpoints, logs and artifacts (a shared volume in production).
+GPUBOOK_RUNS_DIR = Path(env_str("GPUBOOK_RUNS_DIR", str(VAR_DIR / "runs")))
+# Registry prefix for catalog images, e.g. "registry.example.com/gpubook/".
+GPUBOOK_IMAGE_REGISTRY = env_str("GPUBOOK_IMAGE_REGISTRY", "")
+# How the local executor runs the trainer: its Python (a venv with requirements-training.txt),
+# the device ("cpu" on a machine without CUDA), and DataLoader workers.
+GPUBOOK_RUNNER_PYTHON = env_str("GPUBOOK_RUNNER_PYTHON", "")
+GPUBOOK_RUNNER_DEVICE = env_choice("GPUBOOK_RUNNER_DEVICE", "cpu", {"cpu", "cuda"})
+GPUBOOK_RUNNER_WORKERS = env_int("GPUBOOK_RUNNER_WORKERS", 1, minimum=0)
+# Kubernetes executor: namespace per team ("{team}" is the slug) and the PVCs it mounts.
+GPUBOOK_K8S_NAMESPACE_TEMPLATE = env_str("GPUBOOK_K8S_NAMESPACE_TEMPLATE", "gpubook-{team}")
+GPUBOOK_K8S_DATA_PVC = env_str("GPUBOOK_K8S_DATA_PVC", "gpubook-data")
+GPUBOOK_K8S_RUNS_PVC = env_str("GPUBOOK_K8S_RUNS_PVC", "gpubook-runs")
+# The URL runners use to reach this app's run-report endpoint.
+GPUBOOK_BASE_URL = env_str("GPUBOOK_BASE_URL", "http://127.0.0.1:8000")
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpubook@localhost")
@@ -144,6 +163,13 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = "UTC"
+CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-tick leaves the task for another
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Beat ticks reconcile every few seconds; each tick also books an ETA task at the plan's next
+# wake-up (a slot edge, a stop or kill due), so starts are not a tick late.
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {"task": "training.tasks.reconcile_tick", "schedule": float(GPUBOOK_TICK_SECONDS)},
+}
 
 LOGGING = {
     "version": 1,

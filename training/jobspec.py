@@ -1,0 +1,213 @@
+"""Job specs in the shape teams already use, validated strictly. Pure: no Django.
+
+    task_name: detector-v3
+    image: yolo:v8n-cu118
+    yolo: {model: yolov8n.yaml, data: /data/vision/shapes/data.yaml, epochs: 30, imgsz: 640, batch: 16,
+           extra: {lr0: 0.01}}
+    # or, instead of yolo:   command: ["python", "train.py", "--fast"]   (an argv list, never a string)
+    resources: {gpu: 2, memory: 32Gi, cpu: 8}
+    priority: medium            # low | medium | high | urgent
+    team: vision
+    timeout: 4h                 # seconds, or a number with s/m/h/d
+    estimated_duration: 90m
+    checkpointable: true        # default true for yolo jobs, false for commands
+
+Every problem is reported with the field it concerns, all at once, so a person can fix the
+whole file in one go.
+"""
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from training.runner.spec import EXTRA_ARGS
+
+TOP_LEVEL = {
+    "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
+    "estimated_duration", "checkpointable",
+}
+YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra"}
+RESOURCE_KEYS = {"gpu", "memory", "cpu"}
+PRIORITIES = ("low", "medium", "high", "urgent")
+BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
+DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
+UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class JobSpecError(ValueError):
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
+
+
+@dataclasses.dataclass(frozen=True)
+class YoloTask:
+    model: str
+    data: str
+    epochs: int
+    imgsz: int
+    batch: int
+    extra: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    task_name: str
+    image: str
+    team: str
+    gpus: int
+    priority: str
+    checkpointable: bool
+    yolo: YoloTask | None = None
+    command: tuple[str, ...] = ()
+    memory: str | None = None
+    cpu: str | None = None
+    timeout_s: int | None = None
+    estimated_duration_s: int | None = None
+
+
+def load_document(text: str) -> Any:
+    """YAML (which includes JSON). A syntax error is a spec problem, not a crash."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise JobSpecError([("", f"not valid YAML/JSON: {error}")]) from error
+
+
+def _duration(value: Any, field: str, problems: list) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = DURATION.match(str(value).strip()) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) <= 0:
+        problems.append((field, f"expected seconds or a number with s/m/h/d (e.g. 90m), got {value!r}"))
+        return None
+    return int(match.group(1)) * UNIT_SECONDS[match.group(2)]
+
+
+def _positive_int(value: Any, field: str, problems: list, *, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
+        bound = f" and at most {maximum}" if maximum else ""
+        problems.append((field, f"expected an integer at least {minimum}{bound}, got {value!r}"))
+        return minimum
+    return value
+
+
+def _under_roots(path: str, roots: list[str]) -> bool:
+    """True if `path` (absolute, normalized, no '..' escape) lies inside one of `roots`."""
+    if not os.path.isabs(path):
+        return False
+    normal = os.path.normpath(path)
+    return any(os.path.commonpath([normal, os.path.normpath(root)]) == os.path.normpath(root) for root in roots)
+
+
+def parse_job_spec(
+    document: Any, *, allowed_images: set[str], data_roots: list[str], max_gpus: int
+) -> JobSpec:
+    """Validate a job spec. `data_roots` are the directories this team may read data and
+    weights from; `max_gpus` is the largest node's GPU count (a job runs on one node)."""
+    problems: list[tuple[str, str]] = []
+    if not isinstance(document, Mapping):
+        raise JobSpecError([("", "the spec must be a mapping of fields")])
+    for key in sorted(set(document) - TOP_LEVEL, key=str):
+        problems.append((str(key), "unknown field"))
+
+    task_name = document.get("task_name")
+    if not isinstance(task_name, str) or not task_name.strip() or len(task_name) > 200:
+        problems.append(("task_name", "required: a name of at most 200 characters"))
+    image = document.get("image")
+    if not isinstance(image, str) or image not in allowed_images:
+        problems.append(("image", f"{image!r} is not an allowed image; allowed: {', '.join(sorted(allowed_images))}"))
+    team = document.get("team")
+    if not isinstance(team, str) or not team:
+        problems.append(("team", "required: the team's slug"))
+    priority = document.get("priority", "medium")
+    if priority not in PRIORITIES:
+        problems.append(("priority", f"expected one of {', '.join(PRIORITIES)}, got {priority!r}"))
+
+    resources = document.get("resources", {}) or {}
+    gpus, memory, cpu = 1, None, None
+    if not isinstance(resources, Mapping):
+        problems.append(("resources", "expected a mapping with gpu, memory, cpu"))
+    else:
+        for key in sorted(set(resources) - RESOURCE_KEYS, key=str):
+            problems.append((f"resources.{key}", "unknown field"))
+        gpus = _positive_int(resources.get("gpu", 1), "resources.gpu", problems, maximum=max_gpus)
+        if isinstance(resources.get("gpu"), int) and resources["gpu"] > max_gpus:
+            problems[-1] = ("resources.gpu", f"a job runs on one node, and the largest has {max_gpus} GPUs")
+        for name in ("memory", "cpu"):
+            value = resources.get(name)
+            if value is None:
+                continue
+            if not QUANTITY.match(str(value)):
+                problems.append((f"resources.{name}", f"expected a Kubernetes quantity like 32Gi or 8, got {value!r}"))
+            elif name == "memory":
+                memory = str(value)
+            else:
+                cpu = str(value)
+
+    command = document.get("command")
+    yolo = document.get("yolo")
+    yolo_task = None
+    argv: tuple[str, ...] = ()
+    if (command is None) == (yolo is None):
+        problems.append(("command", "give exactly one of `command` (an argv list) or `yolo`"))
+    elif command is not None:
+        if isinstance(command, str):
+            problems.append(("command", "must be a list of arguments, never a shell string (no shell runs it)"))
+        elif not isinstance(command, list) or not command or not all(isinstance(arg, str) for arg in command):
+            problems.append(("command", "expected a non-empty list of strings"))
+        else:
+            argv = tuple(command)
+    else:
+        yolo_task = _parse_yolo(yolo, data_roots, problems)
+
+    timeout_s = _duration(document.get("timeout"), "timeout", problems)
+    estimate_s = _duration(document.get("estimated_duration"), "estimated_duration", problems)
+    checkpointable = document.get("checkpointable", yolo is not None)
+    if not isinstance(checkpointable, bool):
+        problems.append(("checkpointable", "expected true or false"))
+    if problems:
+        raise JobSpecError(problems)
+    return JobSpec(
+        task_name=task_name.strip(), image=image, team=team, gpus=gpus, priority=priority,
+        checkpointable=checkpointable, yolo=yolo_task, command=argv, memory=memory, cpu=cpu,
+        timeout_s=timeout_s, estimated_duration_s=estimate_s,
+    )
+
+
+def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | None:
+    if not isinstance(yolo, Mapping):
+        problems.append(("yolo", "expected a mapping with model, data, epochs, imgsz, batch, extra"))
+        return None
+    for key in sorted(set(yolo) - YOLO_KEYS, key=str):
+        problems.append((f"yolo.{key}", "unknown field"))
+    model = yolo.get("model")
+    if not isinstance(model, str) or not (BUILTIN_MODEL.match(model) or _under_roots(model, data_roots)):
+        problems.append(("yolo.model", f"expected a model YAML name (e.g. yolov8n.yaml) or a weights file under "
+                                       f"your data roots ({', '.join(data_roots)}), got {model!r}"))
+    data = yolo.get("data")
+    if not isinstance(data, str) or not _under_roots(data, data_roots):
+        problems.append(("yolo.data", f"{data!r} is outside your team's data roots ({', '.join(data_roots)})"))
+    epochs = _positive_int(yolo.get("epochs", 10), "yolo.epochs", problems, maximum=10_000)
+    imgsz = _positive_int(yolo.get("imgsz", 640), "yolo.imgsz", problems, minimum=32, maximum=8192)
+    batch = yolo.get("batch", 16)
+    if batch != -1:
+        batch = _positive_int(batch, "yolo.batch", problems, maximum=4096)
+    extra = yolo.get("extra", {}) or {}
+    if not isinstance(extra, Mapping):
+        problems.append(("yolo.extra", "expected a mapping of Ultralytics train arguments"))
+        extra = {}
+    for key, value in extra.items():
+        check = EXTRA_ARGS.get(key)
+        if check is None:
+            problems.append((f"yolo.extra.{key}", "not an allowed Ultralytics argument"))
+        elif not check(value):
+            problems.append((f"yolo.extra.{key}", f"{value!r} is not a valid value"))
+    return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra))

@@ -1,0 +1,193 @@
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from gpus.models import Node
+from reservations.models import Reservation, Team
+
+
+class TrainingImage(models.Model):
+    """An allowlisted trainer image. Only images listed here (and allowed) may run."""
+
+    name = models.CharField(max_length=100, help_text="Repository, e.g. yolo")
+    tag = models.CharField(max_length=100, help_text="e.g. v8n-cu118")
+    description = models.CharField(max_length=200, blank=True)
+    framework_versions = models.JSONField(default=dict, blank=True)
+    default_hyperparameters = models.JSONField(default=dict, blank=True)
+    # {"<GPU memory MiB at least>": batch size}: the largest key not above the GPU's memory wins.
+    recommended_batch = models.JSONField(default=dict, blank=True)
+    allowed = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name", "tag"]
+        constraints = [models.UniqueConstraint(fields=["name", "tag"], name="trainingimage_unique_name_tag")]
+
+    def __str__(self) -> str:
+        return self.reference
+
+    @property
+    def reference(self) -> str:
+        return f"{self.name}:{self.tag}"
+
+    def batch_for(self, memory_mib: int) -> int | None:
+        fitting = [(int(limit), batch) for limit, batch in self.recommended_batch.items() if int(limit) <= memory_mib]
+        return max(fitting)[1] if fitting else None
+
+
+class Priority(models.TextChoices):
+    LOW = "low", "Low"
+    MEDIUM = "medium", "Medium"
+    HIGH = "high", "High"
+    URGENT = "urgent", "Urgent"
+
+
+class TrainingJob(models.Model):
+    """What to run. Attached to a reservation (runs in its slots) or queued (backfill)."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Waiting"  # for its slot, or for idle GPUs
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    image = models.ForeignKey(TrainingImage, on_delete=models.PROTECT, related_name="jobs")
+    spec = models.JSONField(help_text="The validated job spec as submitted.")
+    argv = models.JSONField(default=list, blank=True, help_text="Explicit command (argv list), if any.")
+    gpus_needed = models.PositiveSmallIntegerField(default=1)
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.MEDIUM)
+    timeout_s = models.PositiveIntegerField(null=True, blank=True)
+    estimated_duration_s = models.PositiveIntegerField(null=True, blank=True)
+    checkpointable = models.BooleanField(default=True)
+    reservation = models.ForeignKey(
+        Reservation, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
+    reason = models.CharField(max_length=500, blank=True)
+    checkpoint_path = models.CharField(max_length=500, blank=True, help_text="Resume from here.")
+    epochs_done = models.PositiveIntegerField(default=0)
+    epochs_total = models.PositiveIntegerField(null=True, blank=True)
+    times_preempted = models.PositiveIntegerField(default=0)
+    submitted_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["state", "submitted_at"]), models.Index(fields=["team", "state"])]
+
+    def __str__(self) -> str:
+        return f"job #{self.pk} {self.name}"
+
+    @property
+    def is_yolo(self) -> bool:
+        return not self.argv
+
+
+class Run(models.Model):
+    """One execution of a job on concrete GPUs."""
+
+    class Kind(models.TextChoices):
+        RESERVED = "reserved", "In a reservation"
+        BACKFILL = "backfill", "Backfill"
+
+    class State(models.TextChoices):
+        STARTING = "starting", "Starting"  # claimed; the executor call may not have happened yet
+        RUNNING = "running", "Running"
+        STOPPING = "stopping", "Stopping"  # asked to checkpoint and exit
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CHECKPOINTED = "checkpointed", "Checkpointed"  # stopped, resumable
+        KILLED = "killed", "Killed"
+        TIMED_OUT = "timed_out", "Timed out"
+        CANCELLED = "cancelled", "Cancelled"
+
+    LIVE = (State.STARTING, State.RUNNING, State.STOPPING)
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="runs")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    reservation = models.ForeignKey(
+        Reservation, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="runs")
+    gpu_ids = models.JSONField(help_text="Database ids of the GPUs it holds.")
+    gpu_indices = models.JSONField(help_text="Device indices on its node.")
+    state = models.CharField(max_length=12, choices=State.choices, default=State.STARTING)
+    exit_code = models.IntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    must_end_by = models.DateTimeField()
+    estimated_end = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    kill_at = models.DateTimeField(null=True, blank=True)
+    preemptible = models.BooleanField(default=False)
+    resumed_from = models.CharField(max_length=500, blank=True)
+    checkpoint_path = models.CharField(max_length=500, blank=True)
+    output_dir = models.CharField(max_length=500, blank=True)
+    progress = models.JSONField(default=dict, blank=True, help_text="Latest progress event.")
+    report_token_hash = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state"])]
+        constraints = [
+            # One live run per job: two reconcilers can never start the same job twice.
+            models.UniqueConstraint(
+                fields=["job"], condition=Q(state__in=["starting", "running", "stopping"]), name="run_one_live_per_job"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run #{self.pk} of job #{self.job_id}"
+
+    def issue_report_token(self) -> str:
+        """A fresh per-run token for the runner's progress reports; only its hash is kept."""
+        token = secrets.token_urlsafe(32)
+        self.report_token_hash = hash_token(token)
+        return token
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class RunMetric(models.Model):
+    """One progress event of a run (epoch end, mostly): the series the loss curves draw."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    event = models.CharField(max_length=32)
+    epoch = models.PositiveIntegerField(null=True, blank=True)
+    values = models.JSONField(default=dict)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["run", "id"]
+        indexes = [models.Index(fields=["run", "epoch"])]
+
+    def __str__(self) -> str:
+        return f"{self.event} epoch {self.epoch} of run #{self.run_id}"
+
+
+class Artifact(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
+    name = models.CharField(max_length=200)
+    path = models.CharField(max_length=500)
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["run", "name"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="artifact_unique_run_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} of run #{self.run_id}"

@@ -1,0 +1,168 @@
+"""Training job rules: submit, cancel, attach/detach, and the runner's progress reports."""
+
+import datetime as dt
+import hmac
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from gpus.models import Gpu
+from reservations.models import Membership, Reservation, Team
+from training.jobspec import JobSpecError, parse_job_spec
+from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
+
+
+def data_roots_for(team: Team) -> list[str]:
+    return [root.replace("{team}", team.slug) for root in settings.GPUBOOK_DATA_ROOTS]
+
+
+def allowed_images() -> dict[str, TrainingImage]:
+    return {image.reference: image for image in TrainingImage.objects.filter(allowed=True)}
+
+
+def _largest_node_gpu_count() -> int:
+    counts: dict[int, int] = {}
+    for node_id in Gpu.objects.filter(state=Gpu.State.ACTIVE).values_list("node_id", flat=True):
+        counts[node_id] = counts.get(node_id, 0) + 1
+    return max(counts.values(), default=0)
+
+
+def _check_attachable(*, reservation: Reservation, team: Team, gpus: int, now: dt.datetime) -> None:
+    if reservation.team_id != team.pk:
+        raise NotPermitted("wrong_team", "A job can only run in a reservation of its own team.")
+    if reservation.status not in Reservation.UPCOMING_OR_ACTIVE or reservation.end <= now:
+        raise Conflict("reservation_over", "That reservation is over or cancelled.")
+    if gpus > reservation.gpu_count:
+        raise DomainError(
+            "too_many_gpus", f"The job needs {gpus} GPUs; the reservation has {reservation.gpu_count}."
+        )
+
+
+def job_submit(
+    *, user: AbstractBaseUser, document: Any, now: dt.datetime, reservation_id: int | None = None
+) -> TrainingJob:
+    """Validate a job spec and queue it, or attach it to one of the team's reservations."""
+    team_slug = document.get("team") if isinstance(document, Mapping) else None
+    team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
+    if team is None:
+        raise DomainError("unknown_team", f"No team {team_slug!r}; the spec's `team` is the team's slug.")
+    if not user.is_superuser and not Membership.objects.filter(user=user, team=team).exists():
+        raise NotPermitted("not_team_member", f"You are not a member of {team.name}.")
+    images = allowed_images()
+    try:
+        spec = parse_job_spec(
+            document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=_largest_node_gpu_count()
+        )
+    except JobSpecError as error:
+        raise DomainError(
+            "invalid_spec", f"The job spec has {len(error.problems)} problem(s): {error}",
+            problems=[{"field": field, "problem": problem} for field, problem in error.problems],
+        ) from error
+    reservation = None
+    if reservation_id is not None:
+        reservation = Reservation.objects.filter(pk=reservation_id).first()
+        if reservation is None:
+            raise NotFound("not_found", f"No reservation #{reservation_id}.")
+        _check_attachable(reservation=reservation, team=team, gpus=spec.gpus, now=now)
+    return TrainingJob.objects.create(
+        team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),
+        argv=list(spec.command), gpus_needed=spec.gpus, priority=spec.priority, timeout_s=spec.timeout_s,
+        estimated_duration_s=spec.estimated_duration_s, checkpointable=spec.checkpointable,
+        reservation=reservation, epochs_total=spec.yolo.epochs if spec.yolo else None, submitted_at=now,
+    )
+
+
+def _load_job_for_change(*, job_id: int, actor: AbstractBaseUser) -> TrainingJob:
+    job = TrainingJob.objects.select_related("team").filter(pk=job_id).first()
+    if job is None:
+        raise NotFound("not_found", f"No job #{job_id}.")
+    if actor.is_superuser or job.user_id == actor.pk:
+        return job
+    role = Membership.objects.filter(user=actor, team=job.team).values_list("role", flat=True).first()
+    if role is None:
+        raise NotFound("not_found", f"No job #{job_id}.")
+    if role != Membership.Role.MANAGER:
+        raise NotPermitted("not_permitted", "Only the submitter, a team manager or an admin may change this job.")
+    return job
+
+
+def job_cancel(*, job_id: int, actor: AbstractBaseUser, now: dt.datetime) -> TrainingJob:
+    """Cancel a job. A live run is asked to stop by the next reconcile (no executor call here:
+    no network inside a transaction)."""
+    job = _load_job_for_change(job_id=job_id, actor=actor)
+    changed = TrainingJob.objects.filter(pk=job.pk).exclude(state__in=TrainingJob.FINISHED).update(
+        state=TrainingJob.State.CANCELLED, reason=f"cancelled by {actor.get_username()}", finished_at=now
+    )
+    if not changed:
+        raise Conflict("already_finished", "This job has already finished.")
+    job.refresh_from_db()
+    return job
+
+
+def job_attach(*, job_id: int, reservation_id: int | None, actor: AbstractBaseUser, now: dt.datetime) -> TrainingJob:
+    """Attach a waiting job to a reservation (it runs in that slot), or detach it (None: queue)."""
+    job = _load_job_for_change(job_id=job_id, actor=actor)
+    with transaction.atomic():
+        locked = TrainingJob.objects.select_for_update().get(pk=job.pk)
+        if locked.state != TrainingJob.State.QUEUED:
+            raise Conflict("not_waiting", "Only a waiting job can be attached or detached.")
+        reservation = None
+        if reservation_id is not None:
+            reservation = Reservation.objects.filter(pk=reservation_id).first()
+            if reservation is None:
+                raise NotFound("not_found", f"No reservation #{reservation_id}.")
+            _check_attachable(reservation=reservation, team=locked.team, gpus=locked.gpus_needed, now=now)
+        locked.reservation = reservation
+        locked.save(update_fields=["reservation"])
+    return locked
+
+
+# The runner's event names (training/runner/progress.py).
+PROGRESS_EVENTS = {
+    "started", "batch", "epoch", "final", "export", "artifacts", "warning", "succeeded", "checkpointed", "failed",
+}
+
+
+def run_report_record(*, run_id: int, token: str, body: Mapping[str, Any], now: dt.datetime) -> RunMetric | None:
+    """Store one progress report from a runner. The per-run token is the only credential:
+    another run's token, or a finished run's, is refused."""
+    run = Run.objects.select_related("job").filter(pk=run_id).first()
+    if run is None or not run.report_token_hash or not hmac.compare_digest(run.report_token_hash, hash_token(token)):
+        raise NotPermitted("invalid_run_token", "This token does not belong to this run.")
+    event = body.get("event")
+    if event not in PROGRESS_EVENTS:
+        raise DomainError("invalid_report", f"Unknown event {event!r}.")
+    epoch = body.get("epoch")
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
+        raise DomainError("invalid_report", "`epoch` must be a non-negative integer.")
+    metrics = body.get("metrics") or {}
+    if not isinstance(metrics, Mapping):
+        raise DomainError("invalid_report", "`metrics` must be an object.")
+    clean = {str(key)[:64]: value for key, value in metrics.items() if isinstance(value, int | float | str)}
+    with transaction.atomic():
+        Run.objects.filter(pk=run.pk).update(progress={"event": event, "epoch": epoch, **clean, "at": now.isoformat()})
+        if event == "epoch" and epoch is not None:
+            TrainingJob.objects.filter(pk=run.job_id, epochs_done__lt=epoch).update(epochs_done=epoch)
+        if event == "artifacts":
+            detail = body.get("detail") or {}
+            _record_artifacts(run=run, items=detail.get("artifacts") if isinstance(detail, Mapping) else None, now=now)
+        if event == "batch":
+            return None  # progress only; the series keeps epoch-level points
+        return RunMetric.objects.create(run=run, event=event, epoch=epoch, values=clean, at=now)
+
+
+def _record_artifacts(*, run: Run, items: Any, now: dt.datetime) -> None:
+    if not isinstance(items, list):
+        raise DomainError("invalid_report", "`artifacts` must be a list.")
+    for item in items:
+        if not isinstance(item, Mapping) or not all(key in item for key in ("name", "path", "size", "sha256")):
+            raise DomainError("invalid_report", "each artifact needs name, path, size and sha256.")
+        Artifact.objects.update_or_create(
+            run=run, name=str(item["name"])[:200],
+            defaults={"path": str(item["path"])[:500], "size_bytes": int(item["size"]),
+                      "sha256": str(item["sha256"])[:64], "created_at": now},
+        )
