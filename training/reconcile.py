@@ -361,27 +361,49 @@ def _claim_start(action: scheduler.Start, *, now: dt.datetime) -> Run | None:
         return None  # another reconciler claimed it first
 
 
-def _runner_argv(run: Run, token: str) -> list[str]:
-    """A YOLO job runs our runner with a spec file; a command job runs its own argv."""
-    job = run.job
-    if not job.is_yolo:
-        return list(job.argv)
-    yolo = job.spec["yolo"]
-    output_dir = Path(run.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    spec = {
+def runner_spec(run: Run, token: str) -> dict:
+    """The runner's spec for a YOLO job's run (training/runner/spec.py)."""
+    yolo = run.job.spec["yolo"]
+    return {
         "run_id": str(run.pk), "model": yolo["model"], "data": yolo["data"], "epochs": yolo.get("epochs", 10),
         "imgsz": yolo.get("imgsz", 640), "batch": yolo.get("batch", 16),
         "device": list(range(len(run.gpu_indices))) if settings.GPUBOOK_RUNNER_DEVICE == "cuda" else "cpu",
-        "workers": settings.GPUBOOK_RUNNER_WORKERS, "output_dir": str(output_dir),
+        "workers": settings.GPUBOOK_RUNNER_WORKERS, "output_dir": run.output_dir,
         "resume_from": run.resumed_from or None, "must_end_by": run.must_end_by.isoformat(),
         "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": yolo.get("extra") or {},
         "report_url": f"{settings.GPUBOOK_BASE_URL}/api/v1/runs/{run.pk}/report/", "report_token": token,
     }
-    spec_path = output_dir / f"spec-run-{run.pk}.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
-    spec_path.chmod(0o600)  # it holds the run's report token
+
+
+def runner_argv(run: Run) -> list[str]:
+    """A YOLO job runs our runner with a spec file in its output dir; a command job its own argv."""
+    if not run.job.is_yolo:
+        return list(run.job.argv)
+    spec_path = Path(run.output_dir) / f"spec-run-{run.pk}.json"
     return [settings.GPUBOOK_RUNNER_PYTHON or sys.executable, "-m", "training.runner", "--spec", str(spec_path)]
+
+
+def _write_runner_spec(run: Run, token: str) -> None:
+    if not run.job.is_yolo:
+        return
+    output_dir = Path(run.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = output_dir / f"spec-run-{run.pk}.json"
+    spec_path.write_text(json.dumps(runner_spec(run, token), indent=2))
+    spec_path.chmod(0o600)  # it holds the run's report token
+
+
+def run_spec_for(run: Run) -> RunSpec:
+    job = run.job
+    resources = job.spec.get("resources") or {}
+    return RunSpec(
+        run_id=run.pk, image=settings.GPUBOOK_IMAGE_REGISTRY + job.image.reference, argv=tuple(runner_argv(run)),
+        node_name=run.node.name, gpu_indices=tuple(run.gpu_indices), team=job.team.slug, job_id=job.pk,
+        reservation_id=run.reservation_id, must_end_by=run.must_end_by,
+        grace_s=int(settings.GPUBOOK_STOP_GRACE_SECONDS), output_dir=run.output_dir, workdir=str(settings.BASE_DIR),
+        memory=str(resources["memory"]) if resources.get("memory") else None,
+        cpu=str(resources["cpu"]) if resources.get("cpu") else None,
+    )
 
 
 def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickReport) -> None:
@@ -390,18 +412,9 @@ def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickRepor
         return
     token = run.issue_report_token()
     Run.objects.filter(pk=run.pk).update(report_token_hash=run.report_token_hash)
-    job = run.job
     try:
-        spec = RunSpec(
-            run_id=run.pk, image=job.image.reference if not settings.GPUBOOK_IMAGE_REGISTRY
-            else settings.GPUBOOK_IMAGE_REGISTRY + job.image.reference,
-            argv=tuple(_runner_argv(run, token)), node_name=run.node.name, gpu_indices=tuple(run.gpu_indices),
-            team=job.team.slug, job_id=job.pk, reservation_id=run.reservation_id, must_end_by=run.must_end_by,
-            grace_s=int(settings.GPUBOOK_STOP_GRACE_SECONDS), output_dir=run.output_dir,
-            workdir=str(settings.BASE_DIR), memory=job.spec.get("resources", {}).get("memory"),
-            cpu=(str(job.spec["resources"]["cpu"]) if job.spec.get("resources", {}).get("cpu") else None),
-        )
-        executor.start(spec, now=now)
+        _write_runner_spec(run, token)
+        executor.start(run_spec_for(run), now=now)
     except ExecutorUnavailable as error:
         report.errors.append(f"run {run.pk}: {error}")  # stays STARTING; the next tick retries
         return
