@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt re
 # Tests that need only a database run a second time on SQLite (the embedded default).
 SQLITE_SELECTION := -m "not postgres and not redis and not training and not e2e"
 
-.PHONY: install run test test-postgres test-sqlite lint bench clean
+.PHONY: install run test test-postgres test-sqlite lint bench clean chromium
 
 install: $(STAMP)
 
@@ -19,13 +19,23 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-training.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-training.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
+# The embedded default: SQLite, the scheduler loop in a second process, the local executor.
 run: install
 	DEBUG=true $(BIN)/python manage.py migrate --no-input -v0
 	DEBUG=true $(BIN)/python manage.py seed_demo
 	@echo "gpubook on http://127.0.0.1:8000  (log in as alice / gpubook-demo; admin: admin / gpubook-demo)"
-	DEBUG=true $(BIN)/python manage.py runserver_with_scheduler 127.0.0.1:8000
+	DEBUG=true $(BIN)/python manage.py scheduler & scheduler=$$!; \
+	trap 'kill $$scheduler 2>/dev/null' EXIT INT TERM; \
+	DEBUG=true $(BIN)/python manage.py runserver 127.0.0.1:8000
 
-test: install lint test-postgres test-sqlite
+test: install chromium lint test-postgres test-sqlite
+
+# The browser tests drive Debian's Chromium (no browser download works here).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "Install Chromium (e.g. apt-get install chromium) for the browser tests." >&2; exit 1; fi; }
 
 lint: install
 	$(BIN)/ruff check .

@@ -19,38 +19,19 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import psycopg
+from _support import ROOT, SERVER, django_on, fresh_database, percentile
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = "postgres://postgres@127.0.0.1:5432"
 DATABASE = "gpubook_bench_booking"
 DATABASE_URL = f"{SERVER}/{DATABASE}"
 NODES, GPUS_PER_NODE, SLOTS, TEAMS = 4, 8, 400, 8
 FIRST_SLOT = dt.datetime(2031, 1, 6, tzinfo=dt.UTC)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def recreate_database() -> None:
-    with psycopg.connect(f"{SERVER}/postgres", autocommit=True) as connection:
-        connection.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        connection.execute(f"CREATE DATABASE {DATABASE}")
-    env = {**os.environ, "DATABASE_URL": DATABASE_URL, "SECRET_KEY": "bench", "DEBUG": "false"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-
-
 def seed(clients: int) -> tuple[list[int], list[tuple[int, int, str]]]:
     """GPUs, teams and one user + token per client. Returns (gpu ids, [(user, team, token)])."""
-    os.environ.update(DATABASE_URL=DATABASE_URL, SECRET_KEY="bench", DJANGO_SETTINGS_MODULE="config.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    django_on(DATABASE_URL)
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
@@ -215,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempts-per-client", type=int, default=150)
     args = parser.parse_args(argv)
 
-    recreate_database()
+    fresh_database(DATABASE)
     gpu_ids, people = seed(args.clients)
     plans = workload(gpu_ids, args.clients, args.attempts_per_client)
     print(f"booking benchmark: {args.clients} clients x {args.attempts_per_client} attempts, "

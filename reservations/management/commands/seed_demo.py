@@ -14,6 +14,7 @@ from reservations.models import Membership, Reservation, Team, UserProfile
 
 DEMO_PASSWORD = "gpubook-demo"  # noqa: S105 — the documented demo login, never a real secret
 DEMO_NOTE_PREFIX = "demo: "
+DEMO_JOB_NAME = "demo: shapes detector"
 DEMO_PURPOSES = ["yolov8n sweep", "detector fine-tune", "ablation", "eval run"]
 
 
@@ -57,6 +58,30 @@ class Command(BaseCommand):
             made = self._week_of_bookings(now=now, users=users, teams={"vision": vision, "nlp": nlp})
             self.stdout.write(f"created {made} demo bookings")
         self.stdout.write("Demo logins (password gpubook-demo): alice, bob (vision manager), carol (nlp), admin")
+
+    def _demo_job(self, *, now: dt.datetime, user) -> None:
+        """A short YOLO training on the synthetic dataset, queued for idle GPUs: `make run`
+        trains it for real (on the CPU where there is no GPU)."""
+        from django.core.management import call_command
+
+        from training.management.commands.make_demo_dataset import demo_dataset_root
+        from training.models import TrainingJob
+        from training.services import job_submit
+
+        if TrainingJob.objects.filter(name=DEMO_JOB_NAME).exists():
+            return
+        data_yaml = demo_dataset_root() / "data.yaml"
+        if not data_yaml.exists():
+            call_command("make_demo_dataset", stdout=self.stdout)
+        job_submit(
+            user=user, now=now,
+            document={
+                "task_name": DEMO_JOB_NAME, "image": "yolo:v8n-cu118", "team": "vision", "priority": "medium",
+                "yolo": {"model": "yolov8n.yaml", "data": str(data_yaml), "epochs": 5, "imgsz": 64, "batch": 8},
+                "estimated_duration": "10m",
+            },
+        )
+        self.stdout.write(f"queued the demo training job {DEMO_JOB_NAME!r}")
 
     def _user(self, username: str, *, email: str, superuser: bool = False):
         user_model = get_user_model()
