@@ -8,6 +8,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("reservations.urls")),
+    path("", include("training.urls")),
     path("api/v1/", include("reservations.api_urls")),
     path("api/v1/", include("training.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -91,14 +91,20 @@ def _load_job_for_change(*, job_id: int, actor: AbstractBaseUser) -> TrainingJob
 
 
 def job_cancel(*, job_id: int, actor: AbstractBaseUser, now: dt.datetime) -> TrainingJob:
-    """Cancel a job. A live run is asked to stop by the next reconcile (no executor call here:
-    no network inside a transaction)."""
+    """Cancel a job. Its live run is marked to stop with a checkpoint; the next reconcile
+    delivers the stop (no executor call here: no network inside a transaction)."""
     job = _load_job_for_change(job_id=job_id, actor=actor)
-    changed = TrainingJob.objects.filter(pk=job.pk).exclude(state__in=TrainingJob.FINISHED).update(
-        state=TrainingJob.State.CANCELLED, reason=f"cancelled by {actor.get_username()}", finished_at=now
-    )
-    if not changed:
-        raise Conflict("already_finished", "This job has already finished.")
+    reason = f"cancelled by {actor.get_username()}"
+    with transaction.atomic():
+        changed = TrainingJob.objects.filter(pk=job.pk).exclude(state__in=TrainingJob.FINISHED).update(
+            state=TrainingJob.State.CANCELLED, reason=reason, finished_at=now
+        )
+        if not changed:
+            raise Conflict("already_finished", "This job has already finished.")
+        grace = dt.timedelta(seconds=settings.GPUBOOK_STOP_GRACE_SECONDS)
+        Run.objects.filter(job_id=job.pk, state__in=(Run.State.STARTING, Run.State.RUNNING)).update(
+            state=Run.State.STOPPING, stop_requested_at=now, kill_at=now + grace, reason=reason
+        )
     job.refresh_from_db()
     return job
 

@@ -293,3 +293,22 @@ def test_two_reconcilers_start_one_run(world, monkeypatch, postgres_only, with_l
     assert Run.objects.count() == 1
     assert sum(len(report.started) for report in reports) == 1
     assert len(world["executor"].observe()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_running_job_stops_its_run_with_a_checkpoint(world):
+    from training.services import job_cancel
+
+    start = world["start"]
+    job = submit(world, PATIENT, reservation=book(world, start, start + H))
+    tick(world, start)
+    (run,) = Run.objects.all()
+    wait_for(lambda: "ready" in log_of(world, run), "ready")
+    job_cancel(job_id=job.pk, actor=world["user"], now=start + MIN)
+    tick(world, start + MIN)  # delivers the stop
+    assert ended(world, run).state == RunState.CHECKPOINTED
+    tick(world, start + 2 * MIN)
+    run.refresh_from_db()
+    job.refresh_from_db()
+    assert run.state == Run.State.CHECKPOINTED and job.state == TrainingJob.State.CANCELLED
+    assert tick(world, start + 3 * MIN).started == []  # a cancelled job never comes back

@@ -1,0 +1,31 @@
+// Loss and mAP curves of a run, drawn from the JSON the page carries; redrawn after each
+// htmx refresh of the live part of the page.
+(function () {
+  "use strict";
+  var LOSSES = ["box_loss", "cls_loss", "dfl_loss", "val_box_loss", "val_cls_loss", "val_dfl_loss"];
+  var QUALITY = ["mAP50", "mAP50-95"];
+  var LAYOUT = {margin: {t: 36, r: 12, b: 40, l: 48}, height: 280, font: {size: 12},
+                xaxis: {title: {text: "epoch"}, dtick: 1}, legend: {orientation: "h", y: -0.25}};
+
+  function traces(series, names) {
+    return names.filter(function (name) {
+      return (series[name] || []).some(function (value) { return value !== null; });
+    }).map(function (name) {
+      return {x: series.epochs, y: series[name], name: name, mode: "lines+markers",
+              line: {dash: name.indexOf("val_") === 0 ? "dot" : "solid"}};
+    });
+  }
+
+  function draw() {
+    var data = document.getElementById("run-series");
+    if (!data || typeof Plotly === "undefined") { return; }
+    var series = JSON.parse(data.textContent);
+    Plotly.react("chart-loss", traces(series, LOSSES), Object.assign({title: {text: "Losses"}}, LAYOUT),
+                 {displayModeBar: false, responsive: true});
+    Plotly.react("chart-map", traces(series, QUALITY), Object.assign({title: {text: "mAP"}}, LAYOUT),
+                 {displayModeBar: false, responsive: true});
+  }
+
+  window.addEventListener("load", draw);
+  document.addEventListener("htmx:afterSwap", draw);
+}());

@@ -1,0 +1,177 @@
+"""Training pages: jobs with their progress, run detail with live curves and the log tail,
+artifact downloads, and the team's model registry. Views parse, call one service or read,
+and render; a request from htmx gets the live partial only."""
+
+import json
+from pathlib import Path
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from config.errors import DomainError
+from reservations.models import Reservation
+from reservations.selectors import reservations_visible_to
+from training import selectors, services
+from training.api import load_document_or_error
+from training.execution import executor_from_settings
+from training.executors.base import Handle, run_name
+from training.models import Artifact, Run, RunMetric, TrainingJob
+
+LOSS_KEYS = ("box_loss", "cls_loss", "dfl_loss", "val_box_loss", "val_cls_loss", "val_dfl_loss")
+QUALITY_KEYS = ("mAP50", "mAP50-95", "precision", "recall")
+
+
+def _latest_runs(jobs) -> dict[int, Run]:
+    latest: dict[int, Run] = {}
+    for run in Run.objects.filter(job__in=jobs).order_by("job_id", "-created_at", "-id"):
+        latest.setdefault(run.job_id, run)
+    return latest
+
+
+def _progress(job: TrainingJob, run: Run | None) -> dict:
+    total = job.epochs_total or 0
+    done = job.epochs_done
+    eta = (run.progress or {}).get("eta_s") if run and run.state in Run.LIVE else None
+    return {"done": done, "total": total, "percent": round(100 * done / total) if total else 0,
+            "eta_minutes": round(eta / 60) if isinstance(eta, int | float) else None}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def jobs_page(request: HttpRequest) -> HttpResponse:
+    error = None
+    if request.method == "POST":
+        reservation = request.POST.get("reservation") or None
+        try:
+            job = services.job_submit(
+                user=request.user, document=load_document_or_error(request.POST.get("spec_yaml", "")),
+                reservation_id=int(reservation) if reservation else None, now=timezone.now(),
+            )
+        except (DomainError, ValueError) as problem:
+            error = problem
+        else:
+            messages.success(request, f"Job “{job.name}” submitted.")
+            return redirect("job-detail", job_id=job.pk)
+    jobs = list(selectors.jobs_visible_to(user=request.user)[:200])
+    latest = _latest_runs(jobs)
+    rows = [{"job": job, "run": latest.get(job.pk), "progress": _progress(job, latest.get(job.pk))} for job in jobs]
+    upcoming = reservations_visible_to(user=request.user).filter(
+        status__in=Reservation.UPCOMING_OR_ACTIVE, end__gt=timezone.now()
+    ).select_related("node")[:50]
+    return render(request, "training/jobs.html", {
+        "nav": "jobs", "rows": rows, "error": error, "upcoming": upcoming,
+        "spec_yaml": request.POST.get("spec_yaml", EXAMPLE_SPEC),
+        "any_live": any(row["run"] and row["run"].state in Run.LIVE for row in rows),
+    }, status=400 if error else 200)
+
+
+EXAMPLE_SPEC = """task_name: shapes-detector
+image: yolo:v8n-cu118
+team: vision
+yolo:
+  model: yolov8n.yaml
+  data: /path/under/your/data/root/data.yaml
+  epochs: 5
+  imgsz: 64
+  batch: 8
+resources: {gpu: 1}
+priority: medium
+estimated_duration: 15m
+"""
+
+
+def _job_or_404(request: HttpRequest, job_id: int) -> TrainingJob:
+    return get_object_or_404(selectors.jobs_visible_to(user=request.user), pk=job_id)
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(request, job_id)
+    runs = list(job.runs.order_by("-created_at", "-id"))
+    return render(request, "training/job_detail.html", {
+        "nav": "jobs", "job": job, "runs": runs, "progress": _progress(job, runs[0] if runs else None),
+        "spec_text": json.dumps(job.spec, indent=2),
+    })
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(request, job_id)
+    try:
+        services.job_cancel(job_id=job.pk, actor=request.user, now=timezone.now())
+        messages.success(request, "Job cancelled; a running run checkpoints and stops.")
+    except DomainError as problem:
+        messages.error(request, problem.detail)
+    return redirect("job-detail", job_id=job.pk)
+
+
+def series(metrics: list[RunMetric]) -> dict:
+    """Epoch curves for the charts: {"epochs": [...], "<metric>": [...]}, one point per epoch
+    (a resumed run may report an epoch again: the last report wins)."""
+    by_epoch: dict[int, dict] = {}
+    for metric in metrics:
+        if metric.event == "epoch" and metric.epoch is not None:
+            by_epoch[metric.epoch] = metric.values
+    epochs = sorted(by_epoch)
+    return {"epochs": epochs, **{key: [by_epoch[e].get(key) for e in epochs] for key in (*LOSS_KEYS, *QUALITY_KEYS)}}
+
+
+def _run_context(request: HttpRequest, run_id: int) -> dict:
+    run = get_object_or_404(
+        selectors.runs_visible_to(user=request.user).select_related("job__team", "node")
+        .prefetch_related(Prefetch("artifacts", queryset=Artifact.objects.order_by("name"))), pk=run_id,
+    )
+    # The curves span the whole job: a resumed run continues its predecessor's epochs.
+    metrics = list(RunMetric.objects.filter(run__job_id=run.job_id).order_by("run_id", "id"))
+    executor = executor_from_settings()
+    try:
+        log = executor.log_tail(Handle(run_id=run.pk, name=run_name(run.pk), executor=executor.kind), lines=60)
+    except Exception:
+        log = ""
+    return {"nav": "jobs", "run": run, "job": run.job, "live": run.state in Run.LIVE, "log": log,
+            "series_json": json.dumps(series(metrics)), "progress": _progress(run.job, run)}
+
+
+@login_required
+@require_GET
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    context = _run_context(request, run_id)
+    template = "training/_run_live.html" if request.htmx else "training/run_detail.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_GET
+def artifact_download(request: HttpRequest, run_id: int, name: str) -> FileResponse:
+    run = get_object_or_404(selectors.runs_visible_to(user=request.user), pk=run_id)
+    artifact = get_object_or_404(Artifact, run=run, name=name)
+    base = Path(run.output_dir).resolve()
+    path = (base / artifact.path).resolve()
+    if not path.is_relative_to(base) or not path.is_file():  # never serve outside the run's folder
+        raise Http404("The file is not there any more.")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=Path(artifact.name).name)
+
+
+@login_required
+@require_GET
+def models_page(request: HttpRequest) -> HttpResponse:
+    """The team's model registry: best weights of finished jobs with their final metrics."""
+    runs = list(
+        selectors.runs_visible_to(user=request.user)
+        .filter(job__state=TrainingJob.State.SUCCEEDED, state=Run.State.SUCCEEDED, artifacts__name="best.pt")
+        .select_related("job__team", "job__user").prefetch_related("artifacts").order_by("-ended_at")[:200]
+    )
+    finals = {}
+    for metric in RunMetric.objects.filter(run__in=runs, event__in=("final", "epoch")).order_by("run_id", "id"):
+        finals[metric.run_id] = metric.values  # the last one: "final" comes after the epochs
+    rows = [{"run": run, "values": [finals.get(run.pk, {}).get(key) for key in QUALITY_KEYS],
+             "weights": next((a for a in run.artifacts.all() if a.name == "best.pt"), None),
+             "onnx": next((a for a in run.artifacts.all() if a.name.endswith(".onnx")), None)} for run in runs]
+    return render(request, "training/models.html", {"nav": "models", "rows": rows, "columns": QUALITY_KEYS})
