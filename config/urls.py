@@ -3,6 +3,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.api_errors import api_not_found
+from gpus.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -11,6 +12,10 @@ urlpatterns = [
     path("", include("training.urls")),
     path("api/v1/", include("reservations.api_urls")),
     path("api/v1/", include("training.api_urls")),
+    path("api/v1/", include("gpus.api_urls")),
+    path("api/v1/notifications/", include("notifications.api_urls")),
+    path("metrics", metrics_view, name="metrics"),
+    path("reports/", include("reports.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     re_path(r"^api/", api_not_found),

@@ -41,6 +41,16 @@ class Team(models.Model):
     fair_share = models.FloatField(
         null=True, blank=True, help_text="Scheduler share; proportional to the quota when empty."
     )
+    idle_release = models.BooleanField(
+        default=False,
+        help_text="Release and refund the rest of a slot whose GPUs stay idle (backfill may use it).",
+    )
+    idle_threshold_percent = models.PositiveSmallIntegerField(
+        default=10, help_text="A GPU under this utilization (%) counts as idle."
+    )
+    idle_minutes = models.PositiveSmallIntegerField(
+        default=30, help_text="How long a booking's GPUs must stay idle before the owner is told (and it is released)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

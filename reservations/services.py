@@ -17,6 +17,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from gpus.models import Gpu
+from notifications import services as notices
 from reservations import selectors, timegrid
 from reservations.models import AuditEntry, Membership, Reservation, ReservationGpu, Team
 
@@ -314,6 +315,7 @@ def reservation_create(
             exclude_reservation_id=None,
         )
         status = Reservation.Status.PENDING if locked_team.requires_approval else Reservation.Status.CONFIRMED
+        usage_before = selectors.team_month_usage(team=locked_team, now=start)
         reservation = Reservation.objects.create(
             user=user,
             team=locked_team,
@@ -337,6 +339,9 @@ def reservation_create(
             reservation_id=reservation.pk,
         )
         _audit(actor=user, at=now, action="create", reservation=reservation, before=None, after=_snapshot(reservation))
+        notices.notify_reservation_confirmed(reservation=reservation, now=now)
+        notices.notify_quota_crossing(team=locked_team, before=usage_before, booker_id=user.pk, now=now,
+                                      after=selectors.team_month_usage(team=locked_team, now=start))
         return reservation
 
     return _retrying(book)
@@ -375,6 +380,7 @@ def reservation_cancel(
         locked.save(update_fields=["status", "release_reason", "updated_at"])
         ReservationGpu.objects.filter(reservation=locked).update(occupies=False)
         _audit(actor=actor, at=now, action="cancel", reservation=locked, before=before, after=_snapshot(locked))
+        notices.notify_reservation_cancelled(reservation=locked, now=now)
         return locked
 
     return _retrying(cancel)
@@ -433,6 +439,7 @@ def reservation_reschedule(
             reservation_id=locked.pk,
         )
         _audit(actor=actor, at=now, action="reschedule", reservation=locked, before=before, after=_snapshot(locked))
+        notices.notify_reservation_changed(reservation=locked, before=before, now=now)
         return locked
 
     return _retrying(reschedule)
@@ -472,6 +479,7 @@ def reservation_release(
         locked.updated_at = now
         locked.save(update_fields=["status", "end", "release_reason", "updated_at"])
         _audit(actor=actor, at=now, action="release", reservation=locked, before=before, after=_snapshot(locked))
+        notices.notify_reservation_released(reservation=locked, before=before, automatic=actor is None, now=now)
         return locked
 
     return _retrying(release)
@@ -491,6 +499,7 @@ def reservation_approve(*, reservation_id: int, actor: AbstractBaseUser, now: dt
         locked.updated_at = now
         locked.save(update_fields=["status", "updated_at"])
         _audit(actor=actor, at=now, action="approve", reservation=locked, before=before, after=_snapshot(locked))
+        notices.notify_reservation_confirmed(reservation=locked, now=now)
         return locked
 
     return _retrying(approve)
