@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "reservations",
     "training",
     "notifications",
+    "reports",
 ]
 
 MIDDLEWARE = [
@@ -155,8 +156,42 @@ GPUBOOK_K8S_RUNS_PVC = env_str("GPUBOOK_K8S_RUNS_PVC", "gpubook-runs")
 # The URL runners use to reach this app's run-report endpoint.
 GPUBOOK_BASE_URL = env_str("GPUBOOK_BASE_URL", "http://127.0.0.1:8000")
 
+# Telemetry and monitoring (gpus/telemetry, gpus/metrics.py, training/watchdog.py).
+GPUBOOK_METRICS_TOKEN = env_str("GPUBOOK_METRICS_TOKEN", "")  # Bearer token for /metrics
+# Without a token, /metrics answers only these networks (checked against REMOTE_ADDR).
+GPUBOOK_METRICS_ALLOWED_NETWORKS = env_list("GPUBOOK_METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
+GPUBOOK_TELEMETRY_RETENTION_DAYS = env_int("GPUBOOK_TELEMETRY_RETENTION_DAYS", 30, minimum=1)
+# The embedded loop samples this host's GPUs; set false where a gpu_agent or Prometheus does it.
+GPUBOOK_TELEMETRY_LOCAL = env_bool("GPUBOOK_TELEMETRY_LOCAL", True)
+GPUBOOK_NODE_NAME = env_str("GPUBOOK_NODE_NAME", "")  # this host's node name; "" = host name
+PROMETHEUS_URL = env_str("PROMETHEUS_URL", "")  # read DCGM figures from Prometheus instead of agents
+GPUBOOK_PROMETHEUS_NODE_LABEL = env_str("GPUBOOK_PROMETHEUS_NODE_LABEL", "Hostname")
+GPUBOOK_IDLE_DETECTION = env_bool("GPUBOOK_IDLE_DETECTION", True)
+GPUBOOK_ANOMALY_STOP = env_bool("GPUBOOK_ANOMALY_STOP", True)
+GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS = env_float("GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS", 90.0)
+GPUBOOK_ANOMALY_LOSS_JUMP_FACTOR = env_float("GPUBOOK_ANOMALY_LOSS_JUMP_FACTOR", 3.0)
+GPUBOOK_ANOMALY_LOSS_WINDOW = env_int("GPUBOOK_ANOMALY_LOSS_WINDOW", 5, minimum=3)
+
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpubook@localhost")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+
+# Notifications (notifications/): the outbox is drained by the loop and by Celery.
+GPUBOOK_REMINDER_MINUTES = env_int("GPUBOOK_REMINDER_MINUTES", 15, minimum=0)  # 0: no reminders
+GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES = env_int("GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES", 60, minimum=1)
+GPUBOOK_WEBHOOK_TIMEOUT_SECONDS = env_int("GPUBOOK_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+# Webhook targets in private, loopback or link-local ranges are refused unless listed here.
+GPUBOOK_WEBHOOK_ALLOWED_NETWORKS = env_list("GPUBOOK_WEBHOOK_ALLOWED_NETWORKS", [])
+GPUBOOK_NOTIFY_MAX_ATTEMPTS = env_int("GPUBOOK_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
+GPUBOOK_NOTIFY_RETRY_BASE_SECONDS = env_int("GPUBOOK_NOTIFY_RETRY_BASE_SECONDS", 30, minimum=1)
+GPUBOOK_NOTIFY_RETRY_MAX_SECONDS = env_int("GPUBOOK_NOTIFY_RETRY_MAX_SECONDS", 3600, minimum=1)
+GPUBOOK_NOTIFY_CLAIM_SECONDS = env_int("GPUBOOK_NOTIFY_CLAIM_SECONDS", 120, minimum=1)
+GPUBOOK_NOTIFY_BATCH_SECONDS = env_int("GPUBOOK_NOTIFY_BATCH_SECONDS", 30, minimum=1)
 
 REDIS_URL = env_str("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
@@ -169,7 +204,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # wake-up (a slot edge, a stop or kill due), so starts are not a tick late.
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "training.tasks.reconcile_tick", "schedule": float(GPUBOOK_TICK_SECONDS)},
+    "telemetry": {"task": "gpus.telemetry.tick", "schedule": 60.0},
+    "notifications": {"task": "notifications.run_once", "schedule": 10.0},
 }
+CELERY_IMPORTS = ["gpus.telemetry.tasks"]
 
 LOGGING = {
     "version": 1,

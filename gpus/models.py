@@ -65,3 +65,69 @@ class MaintenanceWindow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name} maintenance {self.start:%Y-%m-%d %H:%M}–{self.end:%H:%M}: {self.reason}"
+
+
+class GpuSample(models.Model):
+    """One GPU's telemetry over one minute: the mean and max of the raw samples taken in it.
+
+    Raw samples never reach the database: agents (and the embedded sampler) fold them into
+    minute buckets first, and rows older than GPUBOOK_TELEMETRY_RETENTION_DAYS are pruned.
+    A figure NVML could not read in that minute stays NULL: telemetry never invents numbers.
+    Units are Prometheus base units: utilization as a ratio 0–1, bytes, celsius, watts.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")
+    minute = models.DateTimeField(help_text="Start of the minute (UTC) the figures cover.")
+    sample_count = models.PositiveIntegerField(default=0)
+    utilization_mean = models.FloatField(null=True, blank=True)
+    utilization_max = models.FloatField(null=True, blank=True)
+    memory_used_bytes_mean = models.BigIntegerField(null=True, blank=True)
+    memory_used_bytes_max = models.BigIntegerField(null=True, blank=True)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    temperature_celsius_mean = models.FloatField(null=True, blank=True)
+    temperature_celsius_max = models.FloatField(null=True, blank=True)
+    power_watts_mean = models.FloatField(null=True, blank=True)
+    power_watts_max = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu", "minute"]
+        indexes = [models.Index(fields=["minute"])]
+        constraints = [models.UniqueConstraint(fields=["gpu", "minute"], name="gpusample_unique_gpu_minute")]
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class NodeAgentToken(models.Model):
+    """The credential a node's `gpu_agent` posts telemetry with. Only the SHA-256 is kept."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["node", "created_at"]
+
+    def __str__(self) -> str:
+        return f"agent token of {self.node.name}" + (" (revoked)" if self.revoked else "")
+
+
+class MonitoringValue(models.Model):
+    """A named figure shared by every process (web workers, Celery, the embedded loop) so that
+    /metrics, served by any one of them, reports all: booking conflicts, scheduler ticks.
+    Counters only ever grow (`value` += n); gauges are overwritten."""
+
+    name = models.CharField(max_length=100)
+    labels = models.CharField(max_length=200, blank=True, help_text='Sorted "key=value" pairs, comma-joined.')
+    value = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name", "labels"]
+        constraints = [models.UniqueConstraint(fields=["name", "labels"], name="monitoringvalue_unique_name_labels")]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.labels}}} = {self.value}"
