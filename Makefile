@@ -4,7 +4,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/gpubook
-REDIS_URL ?= redis://127.0.0.1:6379/0
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-training.txt | sha1sum | cut -c1-12)
 # Tests that need only a database run a second time on SQLite (the embedded default).
 SQLITE_SELECTION := -m "not postgres and not redis and not training and not e2e"
@@ -45,7 +44,7 @@ lint: install
 test-postgres: install
 	@if pg_isready -q -d "$(PG_URL)" 2>/dev/null || $(BIN)/python -c "import psycopg,sys; psycopg.connect('$(PG_URL)'.rsplit('/',1)[0]+'/postgres', connect_timeout=3)" 2>/dev/null; then \
 	  echo "== tests on PostgreSQL ($(PG_URL)) =="; \
-	  DATABASE_URL="$(PG_URL)" REDIS_URL="$(REDIS_URL)" GPUBOOK_REQUIRE_POSTGRES=1 $(BIN)/pytest -q -p no:cacheprovider; \
+	  DATABASE_URL="$(PG_URL)" GPUBOOK_REQUIRE_POSTGRES=1 $(BIN)/pytest -q -p no:cacheprovider; \
 	elif [ "$$CI" = "true" ]; then \
 	  echo "PostgreSQL is not reachable at $(PG_URL) and CI=true: failing rather than skipping." >&2; exit 1; \
 	else \

@@ -167,6 +167,10 @@ def parse_job_spec(
             argv = tuple(command)
     else:
         yolo_task = _parse_yolo(yolo, data_roots, problems)
+        if gpus > 1:
+            # Ultralytics' multi-GPU (DDP) mode re-creates the runner's stop callbacks in
+            # subprocesses, where a clean checkpoint on SIGTERM is not yet guaranteed.
+            problems.append(("resources.gpu", "YOLO jobs run on one GPU for now; use a `command` job for more"))
 
     timeout_s = _duration(document.get("timeout"), "timeout", problems)
     estimate_s = _duration(document.get("estimated_duration"), "estimated_duration", problems)

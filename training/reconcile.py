@@ -28,6 +28,8 @@ from django.db import IntegrityError, connection, transaction
 
 import scheduler
 from gpus.models import Gpu
+from notifications import services as notices
+from notifications.models import EventType
 from reservations import selectors as reservation_selectors
 from reservations import services as reservation_services
 from reservations.models import Reservation, Team
@@ -115,6 +117,7 @@ def reconcile(*, now: dt.datetime, executor: Executor, policy: scheduler.Policy 
             except ExecutorError as error:  # the next tick retries; one bad run must not stop the rest
                 report.errors.append(f"{type(action).__name__}: {error}")
                 logger.warning("reconcile: %s failed: %s", action, error)
+        notify_progress(now=now, policy=policy)
         report.next_wakeup = result.next_wakeup
         return report
 
@@ -170,7 +173,34 @@ def _end_run(run: Run, *, state: str, reason: str, exit_code: int | None, now: d
             if run.kind == Run.Kind.BACKFILL and run.stop_requested_at is not None:
                 job.times_preempted += 1
         job.save()
+        event = {Run.State.SUCCEEDED: EventType.RUN_FINISHED, Run.State.FAILED: EventType.RUN_FAILED,
+                 Run.State.TIMED_OUT: EventType.RUN_FAILED}.get(state, EventType.RUN_CHECKPOINTED)
+        _notify_run(run, event, now=now, reason=reason)  # the outbox row commits with the run's end
     return True
+
+
+def _notify_run(run: Run, event_type: str, *, now: dt.datetime, reason: str = "") -> None:
+    job = run.job
+    notices.notify_run_event(
+        run_id=run.pk, event_type=event_type, team_id=job.team_id, user_id=job.user_id, now=now,
+        payload={"job": {"id": job.pk, "name": job.name}, "gpus": list(run.gpu_ids),
+                 "must_end_by": run.must_end_by.isoformat(), "reason": reason,
+                 "metrics": {key: value for key, value in (run.progress or {}).items() if key not in {"event", "at"}}},
+    )
+
+
+def notify_progress(*, now: dt.datetime, policy: scheduler.Policy) -> None:
+    """Level-triggered notices (each is sent once; the outbox de-duplicates): a reserved run's
+    slot ends soon, a queued job has waited too long."""
+    soon = now + dt.timedelta(minutes=settings.GPUBOOK_REMINDER_MINUTES) + dt.timedelta(seconds=policy.grace_s)
+    ending = Run.objects.filter(state=Run.State.RUNNING, kind=Run.Kind.RESERVED, must_end_by__lte=soon)
+    for run in ending.select_related("job"):
+        _notify_run(run, EventType.RUN_ENDING_SOON, now=now)
+    for job in TrainingJob.objects.filter(state=TrainingJob.State.QUEUED, reservation__isnull=True):
+        notices.notify_job_waiting(
+            job_id=job.pk, team_id=job.team_id, user_id=job.user_id, waiting_since=job.submitted_at, now=now,
+            payload={"job": {"id": job.pk, "name": job.name}},
+        )
 
 
 def _job_runtime_s(job_id: int) -> float:
@@ -421,5 +451,6 @@ def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickRepor
     except (ExecutorError, ValueError, OSError) as error:
         _end_run(run, state=Run.State.FAILED, reason=f"could not start: {error}", exit_code=None, now=now)
         return
-    Run.objects.filter(pk=run.pk, state=Run.State.STARTING).update(state=Run.State.RUNNING, started_at=now)
+    if Run.objects.filter(pk=run.pk, state=Run.State.STARTING).update(state=Run.State.RUNNING, started_at=now):
+        _notify_run(run, EventType.RUN_STARTED, now=now)
     report.started.append(run.pk)

@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers that read the clock once and call reconcile."""
+"""Celery tasks: thin wrappers that read the clock once and run one scheduler tick."""
 
 import datetime as dt
 import logging
@@ -7,17 +7,20 @@ import redis
 from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from training.execution import executor_from_settings
-from training.reconcile import reconcile
+from training.loop import scheduler_tick
 
 logger = logging.getLogger(__name__)
 ETA_KEY = "gpubook:reconcile-eta:{}"
 
 
-@shared_task(name="training.tasks.reconcile_tick", ignore_result=True)
-def reconcile_tick() -> None:
-    report = reconcile(now=timezone.now(), executor=executor_from_settings())
+@shared_task(bind=True, name="training.tasks.reconcile_tick", ignore_result=True)
+def reconcile_tick(self) -> None:
+    eta = self.request.eta
+    due = parse_datetime(eta) if isinstance(eta, str) else eta
+    report = scheduler_tick(now=timezone.now(), executor=executor_from_settings(), due=due)
     if report.errors:
         logger.warning("reconcile errors: %s", report.errors)
     if report.next_wakeup is not None:

@@ -24,7 +24,7 @@ def spec(**changes):
     document = {
         "task_name": "detector", "image": "yolo:v8n-cu118", "team": "vision",
         "yolo": {"model": "yolov8n.yaml", "data": "/data/vision/shapes/data.yaml", "epochs": 3, "imgsz": 64, "batch": 4},
-        "resources": {"gpu": 2, "memory": "32Gi", "cpu": 8}, "priority": "high", "timeout": "2h",
+        "resources": {"gpu": 1, "memory": "32Gi", "cpu": 8}, "priority": "high", "timeout": "2h",
         "estimated_duration": "90m",
     }
     document.update(changes)
@@ -34,7 +34,7 @@ def spec(**changes):
 class TestJobSpec:
     def test_valid_spec(self):
         parsed = parse_job_spec(spec(), allowed_images=IMAGES, data_roots=ROOTS, max_gpus=4)
-        assert parsed.gpus == 2 and parsed.timeout_s == 7200 and parsed.estimated_duration_s == 5400
+        assert parsed.gpus == 1 and parsed.timeout_s == 7200 and parsed.estimated_duration_s == 5400
         assert parsed.yolo.data == "/data/vision/shapes/data.yaml" and parsed.checkpointable
 
     @pytest.mark.parametrize(
@@ -42,6 +42,7 @@ class TestJobSpec:
         [
             ({"image": "evil:latest"}, "image"),
             ({"resources": {"gpu": 9}}, "resources.gpu"),
+            ({"resources": {"gpu": 2}}, "resources.gpu"),  # YOLO jobs: one GPU
             ({"yolo": {"model": "yolov8n.yaml", "data": "/data/nlp/secret.yaml"}}, "yolo.data"),
             ({"yolo": {"model": "yolov8n.yaml", "data": "/data/vision/../nlp/x.yaml"}}, "yolo.data"),
             ({"yolo": {"model": "yolov8n.yaml", "data": "/data/vision/d.yaml", "lr": 1}}, "yolo.lr"),
@@ -93,7 +94,7 @@ class TestJobsApi:
         response = submit(api_world["owner"])
         assert response.status_code == 201, response.content
         job = response.json()
-        assert job["state"] == "queued" and job["image"] == "yolo:v8n-cu118" and job["gpus_needed"] == 2
+        assert job["state"] == "queued" and job["image"] == "yolo:v8n-cu118" and job["gpus_needed"] == 1
         assert [row["id"] for row in api_world["teammate"].get("/api/v1/jobs/").json()["results"]] == [job["id"]]
         assert api_world["outsider"].get("/api/v1/jobs/").json()["count"] == 0
         assert api_world["outsider"].get(f"/api/v1/jobs/{job['id']}/").status_code == 404
@@ -202,7 +203,7 @@ def test_k8s_manifest_preview(people, inventory, tmp_path, settings):
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert job["kind"] == "Job" and container["image"] == "yolo:v8n-cu118"
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "node-a"}
     assert pod["automountServiceAccountToken"] is False and pod["securityContext"]["runAsNonRoot"] is True
     path.write_text(yaml.safe_dump(spec(image="evil:1")))

@@ -1,5 +1,6 @@
-"""The embedded scheduler loop (`make run`): reconcile, then deliver notices, then sleep until
-the plan's next wake-up or the tick interval, whichever is sooner. Production uses Celery."""
+"""The embedded scheduler loop (`make run`): a scheduler tick, then the other rooms' periodic
+work (GPU telemetry of this host, notification delivery), then sleep until the plan's next
+wake-up or the tick interval, whichever is sooner. Production uses Celery beat instead."""
 
 import time
 
@@ -7,8 +8,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
+from gpus.telemetry.hooks import telemetry_tick
+from notifications.delivery import notifications_run_once
 from training.execution import executor_from_settings
-from training.reconcile import reconcile
+from training.loop import scheduler_tick
+
+# Each takes `now`; Celery runs the same work as separate beat tasks.
+EMBEDDED_HOOKS = [telemetry_tick, lambda now: notifications_run_once(now=now)]
 
 
 class Command(BaseCommand):
@@ -21,9 +27,10 @@ class Command(BaseCommand):
         executor = executor_from_settings()
         tick = settings.GPUBOOK_TICK_SECONDS
         self.stdout.write(f"scheduler: {executor.kind} executor, tick {tick} s")
+        due = None
         while True:
             now = timezone.now()
-            report = reconcile(now=now, executor=executor)
+            report = scheduler_tick(now=now, executor=executor, due=due)
             for hook in EMBEDDED_HOOKS:
                 hook(now)
             for name in ("started", "stopped", "killed", "released", "ended", "errors"):
@@ -31,12 +38,9 @@ class Command(BaseCommand):
                     self.stdout.write(f"{now:%H:%M:%S} {name}: {getattr(report, name)}")
             if once:
                 return
-            wait = float(tick)
+            wait, due = float(tick), None
             if report.next_wakeup is not None:
-                wait = min(wait, max(0.05, (report.next_wakeup - timezone.now()).total_seconds()))
+                until = (report.next_wakeup - timezone.now()).total_seconds()
+                if until < wait:
+                    wait, due = max(0.0, until), report.next_wakeup
             time.sleep(wait)
-
-
-# Other rooms' periodic work that the embedded loop runs after each reconcile (notification
-# delivery, reminders, telemetry); each takes `now`.
-EMBEDDED_HOOKS: list = []
