@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, OperationalError, connection, transaction
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from gpus.metrics import count_booking_conflict
 from gpus.models import Gpu
 from notifications import services as notices
 from reservations import selectors, timegrid
@@ -262,6 +263,16 @@ def _retrying(operation):
     raise AssertionError("unreachable")
 
 
+def _counting_refusals(operation, *, now: dt.datetime):
+    """`_retrying`, counting conflict and quota refusals for /metrics. The count is written
+    after the booking's transaction has rolled back, or it would roll back with it."""
+    try:
+        return _retrying(operation)
+    except Conflict as refusal:
+        count_booking_conflict(code=refusal.code, now=now)
+        raise
+
+
 def _resolve_gpus(gpu_ids: Sequence[int]) -> list[Gpu]:
     if not gpu_ids:
         raise DomainError("no_gpus", "Choose at least one GPU.")
@@ -344,7 +355,7 @@ def reservation_create(
                                       after=selectors.team_month_usage(team=locked_team, now=start))
         return reservation
 
-    return _retrying(book)
+    return _counting_refusals(book, now=now)
 
 
 def _load_for_change(*, reservation_id: int, actor: AbstractBaseUser) -> Reservation:
@@ -442,7 +453,7 @@ def reservation_reschedule(
         notices.notify_reservation_changed(reservation=locked, before=before, now=now)
         return locked
 
-    return _retrying(reschedule)
+    return _counting_refusals(reschedule, now=now)
 
 
 def reservation_release(

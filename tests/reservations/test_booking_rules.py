@@ -239,3 +239,16 @@ class TestChanges:
         assert reservations_advance(now=NOW + 2 * H) == {"activated": 0, "completed": 1}
         booking.refresh_from_db()
         assert booking.status == Reservation.Status.COMPLETED
+
+
+@pytest.mark.django_db
+def test_refusals_are_counted_for_metrics(people, inventory):
+    from gpus.models import MonitoringValue
+
+    start = NOW + 2 * H
+    book(people, inventory["a"][:1], start, start + H)
+    for _ in range(2):
+        with pytest.raises(Conflict):
+            book(people, inventory["a"][:1], start, start + H, who="outsider", team="nlp")
+    counted = MonitoringValue.objects.filter(labels="code=slot_conflict").values_list("value", flat=True)
+    assert list(counted) == [2.0]
