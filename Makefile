@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt re
 # Tests that need only a database run a second time on SQLite (the embedded default).
 SQLITE_SELECTION := -m "not postgres and not redis and not training and not e2e"
 
-.PHONY: install run test test-postgres test-sqlite lint bench clean chromium
+.PHONY: install run test test-postgres test-sqlite lint bench clean chromium images
 
 install: $(STAMP)
 
@@ -57,6 +57,10 @@ test-sqlite: install
 
 bench: install
 	$(BIN)/python benchmarks/run_all.py
+
+# Trainer images (deploy/images): needs a Docker engine; says SKIPPED where there is none.
+images:
+	bash deploy/images/build.sh
 
 clean:
 	rm -rf $(VENV) var build .pytest_cache .ruff_cache
