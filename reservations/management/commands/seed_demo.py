@@ -57,6 +57,7 @@ class Command(BaseCommand):
         if not Reservation.objects.filter(note__startswith=DEMO_NOTE_PREFIX).exists():
             made = self._week_of_bookings(now=now, users=users, teams={"vision": vision, "nlp": nlp})
             self.stdout.write(f"created {made} demo bookings")
+        self._demo_job(now=now, user=users["alice"])
         self.stdout.write("Demo logins (password gpubook-demo): alice, bob (vision manager), carol (nlp), admin")
 
     def _demo_job(self, *, now: dt.datetime, user) -> None:
