@@ -27,20 +27,7 @@ from _support import ROOT, django_on, fresh_database, percentile
 DATABASE = "gpubook_bench_slots"
 REDIS_URL = "redis://127.0.0.1:6379/8"
 TICK_S, GRACE_S, SLOT_S = 5, 3, 8
-STAND_IN = """
-import json, signal, sys, time
-path = sys.argv[1]
-def log(event):
-    with open(path, "a") as f:
-        f.write(json.dumps({"event": event, "t": time.time()}) + "\\n")
-def on_term(*_):
-    log("sigterm")
-    sys.exit(75)
-signal.signal(signal.SIGTERM, on_term)
-log("started")
-while True:
-    time.sleep(0.01)
-"""
+SLOT_RECORDER = str(ROOT / "tests" / "fakes" / "slot_recorder.py")  # logs start and SIGTERM times
 
 
 def start_celery(env: dict, workdir: Path) -> list[subprocess.Popen]:
@@ -97,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             events = workdir / f"slot-{number}.jsonl"
             job_submit(user=user, now=start - dt.timedelta(seconds=10), reservation_id=reservation.pk,
                        document={"task_name": f"slot {number}", "image": "yolo:v8n-cu118", "team": "bench",
-                                 "command": [sys.executable, "-c", STAND_IN, str(events)]})
+                                 "command": [sys.executable, SLOT_RECORDER, str(events)]})
             slots.append((start, end, events))
         deadline = time.monotonic() + first + args.slots + SLOT_S + 30 - time.time()
         while time.monotonic() < deadline:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -22,23 +23,9 @@ from training.services import job_submit
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 REDIS_DB = 7  # a database of its own, flushed before use
+SLOT_RECORDER = str(Path(__file__).resolve().parent.parent / "fakes" / "slot_recorder.py")
 GRACE_S = 3
 
-# Records when it started and when SIGTERM came, then "checkpoints" (exit 75).
-STAND_IN = """
-import json, signal, sys, time
-path = sys.argv[1]
-def log(event):
-    with open(path, "a") as f:
-        f.write(json.dumps({"event": event, "t": time.time()}) + "\\n")
-def on_term(*_):
-    log("sigterm")
-    sys.exit(75)
-signal.signal(signal.SIGTERM, on_term)
-log("started")
-while True:
-    time.sleep(0.01)
-"""
 
 
 def redis_url() -> str:
@@ -103,7 +90,7 @@ def test_slot_start_and_end_are_on_time(celery_processes):
     ReservationGpu.objects.create(reservation=reservation, gpu=gpu, start=start, end=end)
     events = tmp_path / "events.jsonl"
     job_submit(user=user, document={"task_name": "stand-in", "image": "yolo:v8n-cu118", "team": "vision",
-                                    "command": [sys.executable, "-c", STAND_IN, str(events)]},
+                                    "command": [sys.executable, SLOT_RECORDER, str(events)]},
                now=start - dt.timedelta(seconds=6), reservation_id=reservation.pk)
 
     deadline = time.monotonic() + 40
