@@ -1,0 +1,104 @@
+"""Fair-share arithmetic: decayed usage of teams and users against their shares.
+
+Rule: usage is GPU-seconds decayed exponentially with `Policy.fair_share_half_life_s`
+(finished runs from `Snapshot.usage`, plus the runs holding GPUs now, counted from their
+start; backfill runs at `usage_factor`). A team's ratio is its fraction of all recent
+usage divided by its fraction of all shares; a user's ratio is the user's fraction of all
+recent usage divided by an equal split of the team's share among the team's known users.
+The score mixes both (`user_weight`): 1.0 means "using exactly what you are entitled to",
+lower ranks higher. Usage is floored at one hour of the whole cluster so that a nearly idle
+cluster does not turn one short run into a huge ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduler.instants import to_seconds
+from scheduler.policy import HOUR_S, Policy
+from scheduler.snapshot import Id, Run, RunKind, TeamAccount, Usage
+
+
+@dataclass(slots=True)
+class FairShare:
+    team_usage: dict[Id, float]
+    user_usage: dict[tuple[Id, Id], float]
+    team_share_fraction: dict[Id, float]
+    users_per_team: dict[Id, int]
+    total_usage: float
+    user_weight: float
+
+    def score(self, team: Id, user: Id, extra_usage: float) -> float:
+        """Fair-share score of (team, user) if they had used `extra_usage` more."""
+        share = self.team_share_fraction[team]
+        team_ratio = (self.team_usage.get(team, 0.0) + extra_usage) / self.total_usage / share
+        user_share = share / self.users_per_team[team]
+        user_ratio = (
+            (self.user_usage.get((team, user), 0.0) + extra_usage) / self.total_usage / user_share
+        )
+        return (1.0 - self.user_weight) * team_ratio + self.user_weight * user_ratio
+
+
+def decay_factor(age_s: float, half_life_s: float) -> float:
+    return 0.5 ** (max(age_s, 0.0) / half_life_s)
+
+
+def decayed_gpu_seconds(
+    previous_gpu_s: float, previous_as_of_s: float, now_s: float, half_life_s: float
+) -> float:
+    """Decay a usage value from `previous_as_of_s` to `now_s` (helper for adapters)."""
+    return previous_gpu_s * decay_factor(now_s - previous_as_of_s, half_life_s)
+
+
+def compute_fair_share(
+    *,
+    usage: tuple[Usage, ...],
+    runs: tuple[Run, ...],
+    queued_users: Iterable[tuple[Id, Id]],
+    teams: tuple[TeamAccount, ...],
+    now_s: float,
+    policy: Policy,
+    total_gpus: int,
+) -> FairShare:
+    half_life_s = policy.fair_share_half_life_s
+    team_usage: dict[Id, float] = {}
+    user_usage: dict[tuple[Id, Id], float] = {}
+    users: dict[Id, set[Id]] = {}
+
+    def add(team: Id, user: Id, gpu_s: float) -> None:
+        team_usage[team] = team_usage.get(team, 0.0) + gpu_s
+        user_usage[(team, user)] = user_usage.get((team, user), 0.0) + gpu_s
+        users.setdefault(team, set()).add(user)
+
+    for record in usage:
+        add(
+            record.team,
+            record.user,
+            record.gpu_seconds * decay_factor(now_s - to_seconds(record.as_of), half_life_s),
+        )
+    for run in runs:
+        factor = policy.usage_factor if run.kind == RunKind.BACKFILL else 1.0
+        elapsed_s = max(now_s - to_seconds(run.started_at), 0.0)
+        add(run.team, run.user, len(run.gpu_ids) * elapsed_s * factor)
+    for team, user in queued_users:
+        users.setdefault(team, set()).add(user)
+
+    shares: dict[Id, float] = {team: policy.default_team_share for team in users}
+    for account in teams:
+        shares[account.team] = (
+            account.share if account.share is not None else policy.default_team_share
+        )
+    share_total = sum(shares.values()) or 1.0
+    # A team with share 0 still gets a tiny fraction, so it ranks last instead of dividing by 0.
+    team_share_fraction = {
+        team: max(share / share_total, 1e-9) for team, share in shares.items()
+    }
+    return FairShare(
+        team_usage=team_usage,
+        user_usage=user_usage,
+        team_share_fraction=team_share_fraction,
+        users_per_team={team: max(len(members), 1) for team, members in users.items()},
+        total_usage=max(sum(team_usage.values()), total_gpus * HOUR_S, 1.0),
+        user_weight=policy.user_weight,
+    )

@@ -1,0 +1,184 @@
+"""Indexes built once per plan: the GPU topology and the live reservations per GPU.
+
+These turn the snapshot's flat tuples into dictionaries so that every policy step is a
+lookup instead of a scan. The topology changes only when an admin edits the inventory, so
+it is memoised on the identity of the (immutable) `gpus` tuple: the simulator and a
+reconcile loop that keeps its inventory tuple pay for it once. Reservations cannot overlap
+on a GPU (the database guarantees it), so per GPU one reservation can be in progress and
+the rest lie ahead: "the one now" and "the next start" say all plan needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler.instants import INFINITY, to_seconds
+from scheduler.snapshot import (
+    LIVE_RESERVATION_STATUSES,
+    Gpu,
+    GpuState,
+    Id,
+    Reservation,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    gpu_by_id: dict[Id, Gpu]
+    # Node id → its GPUs ordered by index; nodes in sorted order.
+    node_gpus: dict[Id, tuple[Gpu, ...]]
+    node_sizes: dict[Id, int]
+    max_node_size: int
+    active_gpu_count: int
+    active_gpu_ids: frozenset[Id]
+    maintenance_gpu_ids: frozenset[Id]
+
+
+_last_topology: tuple[tuple[Gpu, ...], Topology] | None = None
+
+
+def topology_of(gpus: tuple[Gpu, ...]) -> Topology:
+    """The topology of `gpus`, reusing the previous one when handed the same tuple object."""
+    global _last_topology
+    cached = _last_topology
+    if cached is not None and cached[0] is gpus:
+        return cached[1]
+    by_node: dict[Id, list[Gpu]] = {}
+    for gpu in gpus:
+        by_node.setdefault(gpu.node, []).append(gpu)
+    node_gpus = {
+        node: tuple(sorted(by_node[node], key=lambda gpu: (gpu.index, gpu.id)))
+        for node in sorted(by_node)
+    }
+    topology = Topology(
+        gpu_by_id={gpu.id: gpu for gpu in gpus},
+        node_gpus=node_gpus,
+        node_sizes={node: len(members) for node, members in node_gpus.items()},
+        max_node_size=max((len(node) for node in node_gpus.values()), default=0),
+        active_gpu_count=sum(1 for gpu in gpus if gpu.state == GpuState.ACTIVE),
+        active_gpu_ids=frozenset(gpu.id for gpu in gpus if gpu.state == GpuState.ACTIVE),
+        maintenance_gpu_ids=frozenset(
+            gpu.id for gpu in gpus if gpu.state == GpuState.MAINTENANCE
+        ),
+    )
+    _last_topology = (gpus, topology)
+    return topology
+
+
+@dataclass(slots=True)
+class LiveReservation:
+    reservation: Reservation
+    start_s: float
+    end_s: float
+
+
+@dataclass(slots=True)
+class ReservationIndex:
+    """Live reservations (live status, end after now), looked up by id and by GPU."""
+
+    # Reservations whose slot has begun, by start then id.
+    in_progress: list[LiveReservation] = field(default_factory=list)
+    by_id: dict[Id, LiveReservation] = field(default_factory=dict)
+    # GPU → the reservation in progress on it now.
+    in_progress_on_gpu: dict[Id, LiveReservation] = field(default_factory=dict)
+    # GPU → the earliest start of a reservation that has not begun yet.
+    next_start_on_gpu: dict[Id, float] = field(default_factory=dict)
+    # The earliest future start and the earliest end: the times the picture changes.
+    earliest_future_start_s: float = INFINITY
+    earliest_end_s: float = INFINITY
+    # The earliest future start of a reservation with no job attached (no-show timers).
+    earliest_jobless_future_start_s: float = INFINITY
+
+    @classmethod
+    def build(cls, reservations: tuple[Reservation, ...], now_s: float) -> ReservationIndex:
+        index = cls()
+        by_id = index.by_id
+        next_start = index.next_start_on_gpu
+        in_progress_on_gpu = index.in_progress_on_gpu
+        earliest_future = earliest_end = earliest_jobless = INFINITY
+        live_statuses = LIVE_RESERVATION_STATUSES
+        for reservation in reservations:
+            if reservation.status not in live_statuses:
+                continue
+            end = reservation.end
+            end_s = end if end.__class__ is float else to_seconds(end)
+            if end_s <= now_s:
+                continue
+            start = reservation.start
+            start_s = start if start.__class__ is float else to_seconds(start)
+            item = LiveReservation(reservation, start_s, end_s)
+            by_id[reservation.id] = item
+            if end_s < earliest_end:
+                earliest_end = end_s
+            if start_s <= now_s:
+                index.in_progress.append(item)
+                for gpu_id in reservation.gpu_ids:
+                    in_progress_on_gpu[gpu_id] = item
+            else:
+                if start_s < earliest_future:
+                    earliest_future = start_s
+                if reservation.job_id is None and start_s < earliest_jobless:
+                    earliest_jobless = start_s
+                for gpu_id in reservation.gpu_ids:
+                    if start_s < next_start.get(gpu_id, INFINITY):
+                        next_start[gpu_id] = start_s
+        index.in_progress.sort(key=lambda item: (item.start_s, item.reservation.id))
+        index.earliest_future_start_s = earliest_future
+        index.earliest_end_s = earliest_end
+        index.earliest_jobless_future_start_s = earliest_jobless
+        return index
+
+    def without_in_progress(self, reservation_ids: set[Id]) -> ReservationIndex:
+        """A copy that forgets released reservations: their GPUs are free for the rest of
+        the plan. A copy, because an index may be shared through the memo below."""
+        by_id = dict(self.by_id)
+        in_progress_on_gpu = dict(self.in_progress_on_gpu)
+        for reservation_id in reservation_ids:
+            item = by_id.pop(reservation_id)
+            for gpu_id in item.reservation.gpu_ids:
+                if in_progress_on_gpu.get(gpu_id) is item:
+                    del in_progress_on_gpu[gpu_id]
+        return ReservationIndex(
+            in_progress=[
+                item for item in self.in_progress if item.reservation.id not in reservation_ids
+            ],
+            by_id=by_id,
+            in_progress_on_gpu=in_progress_on_gpu,
+            next_start_on_gpu=self.next_start_on_gpu,
+            earliest_future_start_s=self.earliest_future_start_s,
+            earliest_end_s=self.earliest_end_s,
+            earliest_jobless_future_start_s=self.earliest_jobless_future_start_s,
+        )
+
+    def earliest_foreign_start(self, gpu_ids: tuple[Id, ...], own: Id | None) -> float:
+        """The earliest start of a live reservation on any of `gpu_ids` other than `own`
+        (one in progress counts with its start, i.e. it is already due)."""
+        earliest = INFINITY
+        in_progress_on_gpu = self.in_progress_on_gpu
+        next_start = self.next_start_on_gpu
+        for gpu_id in gpu_ids:
+            item = in_progress_on_gpu.get(gpu_id)
+            if item is not None and item.reservation.id != own and item.start_s < earliest:
+                earliest = item.start_s
+            start_s = next_start.get(gpu_id, INFINITY)
+            if start_s < earliest:
+                earliest = start_s
+        return earliest
+
+
+_last_index: tuple[tuple[Reservation, ...], float, ReservationIndex] | None = None
+
+
+def reservation_index(reservations: tuple[Reservation, ...], now_s: float) -> ReservationIndex:
+    """`ReservationIndex.build`, memoised: the index of the same (immutable) tuple stays
+    exact while no reservation starts or ends, i.e. from the time it was built until the
+    earliest future start or end. Callers must not mutate the returned index."""
+    global _last_index
+    cached = _last_index
+    if cached is not None and cached[0] is reservations:
+        built_at_s, index = cached[1], cached[2]
+        if built_at_s <= now_s < min(index.earliest_future_start_s, index.earliest_end_s):
+            return index
+    index = ReservationIndex.build(reservations, now_s)
+    _last_index = (reservations, now_s, index)
+    return index

@@ -1,0 +1,149 @@
+"""`plan(snapshot, now, policy) -> list[Action]`: one scheduling cycle, as a pure function.
+
+The steps, each a policy module with its rule in its docstring:
+1. release: no-show and early-finish releases (their GPUs are free for the rest of this plan);
+2. slot_end (with reservations_first's clearing rule): Stop at deadline − grace, Kill at the
+   deadline, for every run;
+3. reservations_first: start the attached job of every reservation whose slot has begun;
+4. backfill (with queue_order, fair_share, quota): start queued jobs on idle GPUs.
+
+Output order is fixed: kills, stops, releases, starts; within each, the order the step
+visited them in (runs by id, reservations by start then id, jobs by queue order). The
+plan depends only on the snapshot's contents, not on the order of its tuples.
+
+Idempotence: a plan does not change the snapshot, so planning twice gives the same actions.
+Once the applier has recorded a Stop (`stop_requested_at`), it is not sent again; a Start is
+not repeated once its run appears in `runs` (the job is then "running").
+
+`plan_detailed` also returns `next_wakeup`: the earliest future time at which this
+snapshot's plan would change by the passage of time alone (a stop or kill due, a slot
+starting or ending, a no-show threshold). reconcile schedules an ETA task for it; the
+simulator uses it as a timer event.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduler.actions import Action
+from scheduler.backfill import start_queued_jobs
+from scheduler.fair_share import FairShare, compute_fair_share
+from scheduler.index import reservation_index, topology_of
+from scheduler.instants import check_now, converter_like, to_seconds
+from scheduler.policy import DEFAULT_POLICY, Policy
+from scheduler.quota import QuotaBook
+from scheduler.release import plan_releases
+from scheduler.reservations_first import start_reserved_runs
+from scheduler.slot_end import plan_stops
+from scheduler.snapshot import Id, Instant, Run, Snapshot
+
+_RUN_ID = operator.attrgetter("id")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    actions: tuple[Action, ...]
+    next_wakeup: Instant | None
+
+
+def plan(snapshot: Snapshot, now: Instant, policy: Policy = DEFAULT_POLICY) -> list[Action]:
+    """The actions that bring the cluster in line with the policy at `now`."""
+    return list(plan_detailed(snapshot, now, policy).actions)
+
+
+def plan_detailed(
+    snapshot: Snapshot, now: Instant, policy: Policy = DEFAULT_POLICY
+) -> PlanResult:
+    check_now(now)
+    now_s = to_seconds(now)
+    to_instant = converter_like(now)
+    topology = topology_of(snapshot.gpus)
+
+    runs: list[Run] = sorted(snapshot.runs, key=_RUN_ID)
+    runs_by_reservation: dict[Id, Run] = {}
+    occupied: dict[Id, Id] = {}
+    running_jobs: set[Id] = set()
+    for run in runs:
+        running_jobs.add(run.job_id)
+        if run.reservation_id is not None:
+            runs_by_reservation.setdefault(run.reservation_id, run)
+        for gpu_id in run.gpu_ids:
+            occupied.setdefault(gpu_id, run.id)
+
+    wakeups: list[float] = []
+    index = reservation_index(snapshot.reservations, now_s)
+    releases = plan_releases(index, runs_by_reservation, now_s, policy, wakeups)
+    if releases:
+        index = index.without_in_progress({release.reservation_id for release in releases})
+
+    run_deadlines_s: dict[Id, float] = {}
+    kills, stops = plan_stops(
+        runs=runs,
+        index=index,
+        topology=topology,
+        now_s=now_s,
+        policy=policy,
+        to_instant=to_instant,
+        wakeups=wakeups,
+        deadlines=run_deadlines_s,
+    )
+    reserved_starts = start_reserved_runs(
+        index=index,
+        runs_by_reservation=runs_by_reservation,
+        occupied=occupied,
+        running_jobs=running_jobs,
+        topology=topology,
+        now_s=now_s,
+        policy=policy,
+        to_instant=to_instant,
+        wakeups=wakeups,
+    )
+
+    def fair_share(queued_users: Iterable[tuple[Id, Id]]) -> FairShare:
+        return compute_fair_share(
+            usage=snapshot.usage,
+            runs=snapshot.runs,
+            queued_users=queued_users,
+            teams=snapshot.teams,
+            now_s=now_s,
+            policy=policy,
+            total_gpus=topology.active_gpu_count,
+        )
+
+    quota = QuotaBook(
+        teams=snapshot.teams,
+        runs=runs,
+        run_deadlines_s=run_deadlines_s,
+        now_s=now_s,
+        policy=policy,
+    )
+    backfill_starts = start_queued_jobs(
+        queued_jobs=snapshot.queued_jobs,
+        runs=runs,
+        run_deadlines_s=run_deadlines_s,
+        fair_share=fair_share,
+        quota=quota,
+        index=index,
+        topology=topology,
+        occupied=occupied,
+        running_jobs=running_jobs,
+        now_s=now_s,
+        policy=policy,
+        to_instant=to_instant,
+    )
+    for start in (*reserved_starts, *backfill_starts):
+        # The runs started now are not in the snapshot yet; their stop and kill are due
+        # by time alone, so they count for the next wake-up too.
+        if start.must_end_by is not None:
+            must_end_s = to_seconds(start.must_end_by)
+            wakeups.append(must_end_s - policy.grace_s)
+            wakeups.append(must_end_s)
+    # inf stands for "never" (a deadline that does not exist): not a wake-up.
+    future = [moment for moment in wakeups if now_s < moment < math.inf]
+    return PlanResult(
+        actions=(*kills, *stops, *releases, *reserved_starts, *backfill_starts),
+        next_wakeup=to_instant(min(future)) if future else None,
+    )

@@ -1,0 +1,93 @@
+"""Every tunable of the scheduler in one frozen `Policy`, with the reasons for the defaults.
+
+The lead maps settings onto these fields; the simulator builds its three policies
+(`fifo`, `reservations-only`, `gpubook`) from the same class, so the baselines run through
+the very same `plan()` with features switched off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+
+class QueueOrder(StrEnum):
+    # Submit time, then id; priorities and usage ignored (the baseline).
+    FIFO = "fifo"
+    # Priority class, then fair share with entry penalty and aging (gpubook).
+    FAIR_SHARE = "fair_share"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    # Time a run gets between Stop and Kill to checkpoint. The YOLO runner finishes the
+    # current batch and writes last.pt (a few hundred MB at most) on SIGTERM; 60 s covers
+    # that on network storage with margin, while costing little idle time per slot edge.
+    grace_s: float = 60.0
+
+    # A reservation with no attached job and nothing running this long after its start is
+    # released and refunded. Half a default slot: late enough for a person to attach a job.
+    no_show_after_s: float = 15 * 60.0
+    release_no_show: bool = True
+    # Release the rest of a slot whose attached job has ended for good.
+    release_early_finish: bool = True
+
+    # Fair share: usage halves every 7 days (DESIGN default), so last month barely counts.
+    fair_share_half_life_s: float = 7 * DAY_S
+    # Queued (backfill) runs are charged at this fraction of their GPU-hours (DESIGN: idle
+    # time is cheaper); applies to quota and fair-share usage alike.
+    usage_factor: float = 0.5
+    # Weight of the user's own ratio against the team's ratio in the fair-share score.
+    user_weight: float = 0.5
+    # Share of a team that has no account (or no share set), relative to those that do.
+    default_team_share: float = 1.0
+    # Entry penalty: this fraction of the estimated GPU-seconds of a user's earlier queued
+    # jobs counts as that user's (and team's) usage when ranking the later ones, so a burst
+    # of 100 submissions interleaves with other users instead of jumping them all.
+    entry_penalty: float = 1.0
+    # Aging: each hour of waiting lowers the fair-share score by this much (1.0 = the score
+    # of a team using exactly its share), so a heavy user's job still starts within a day.
+    aging_per_hour: float = 0.1
+    # Aging across classes: after this long a job counts one priority class higher (never
+    # urgent), so low-priority work cannot starve under a steady stream of high.
+    class_promotion_after_s: float = DAY_S
+    # Urgent jobs jump the queue, but only this many per team at a time (running + queued);
+    # further urgent jobs of the team rank as high.
+    urgent_limit_per_team: int = 2
+
+    # Preemptible backfill: a checkpointable job whose estimate does not fit before the
+    # next reservation may still start if it can run at least this long before it would be
+    # stopped; shorter runs mostly pay restart overhead.
+    min_preemptible_runtime_s: float = 15 * 60.0
+    # A job preempted this many times only starts where its estimate fits (no thrashing).
+    max_preemptions: int = 3
+    # Estimate used when a job has none and the estimator had no history (Philly mean-ish
+    # is hours; one hour keeps unknown jobs off GPUs booked soon without locking them out).
+    default_estimate_s: float = HOUR_S
+
+    # Longest a backfill run of a team with a quota may hold before it checkpoints and is
+    # requeued (at least twice its estimate), so one run cannot book a team's whole month.
+    quota_lease_s: float = DAY_S
+
+    queue_order: QueueOrder = QueueOrder.FAIR_SHARE
+    # True: any queued job that fits may start (backfill). False: strict order, the first
+    # job that cannot start blocks all behind it (the FIFO baselines).
+    backfill: bool = True
+    # True: estimates decide placement (fit before the next reservation, else preemptible
+    # backfill). False: jobs go on any idle GPU and are stopped when a reservation comes.
+    use_estimates: bool = True
+    # EASY-style protection: the first N jobs in order that cannot start get the node that
+    # frees soonest held for them; later jobs use it only if estimated to finish before.
+    backfill_protected_jobs: int = 1
+    # At most this many queued jobs are tried per plan (Slurm's bf_max_job_test is 500):
+    # bounds the plan's cost when thousands wait and the idle GPUs suit few of them.
+    max_jobs_examined: int = 1000
+    # Jobs needing more GPUs than a node has: False = never started (gpubook executors pin
+    # a run to one node); True = placed on whole free nodes (the simulator's choice).
+    allow_multi_node: bool = False
+
+
+DEFAULT_POLICY = Policy()

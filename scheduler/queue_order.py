@@ -1,0 +1,174 @@
+"""Policy: the order in which queued jobs get idle GPUs.
+
+Rule (`QueueOrder.FAIR_SHARE`), the sort key of a job is, in this order:
+1. **Priority class**: urgent, high, medium, low. Urgent counts only for the first
+   `urgent_limit_per_team` urgent jobs of a team (its urgent runs holding GPUs included,
+   then its queued urgent jobs by submit time); the rest rank as high. Every
+   `class_promotion_after_s` of waiting moves a job one class up, up to high. Jobs of a team
+   past its quota that an admin lets run anyway come after all classes.
+2. **Fair-share score** (see fair_share): less recent usage against the share ranks higher.
+   Entry penalty: the estimated GPU-seconds of the same user's earlier queued jobs count as
+   if already used (times `entry_penalty`), so a burst of submissions interleaves with
+   other users instead of jumping them. Aging: each hour waited lowers the score by
+   `aging_per_hour`, so nothing starves.
+3. **Submit time**, then **id** (deterministic tie-break).
+
+`QueueOrder.FIFO`: submit time, then id, nothing else (the baseline).
+
+How it stays cheap at thousands of jobs: a job's key depends only on its own user's
+earlier jobs, so within one (team, user, class) stream the keys never decrease (later jobs
+carry more entry penalty and less aging). The order is therefore a k-way merge of the
+streams: only the head of each stream is keyed, and only as many jobs as backfill consumes
+are produced. The result is exactly the full sort, for a fraction of the work.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections.abc import Callable, Iterable, Iterator
+
+from scheduler.fair_share import FairShare
+from scheduler.instants import to_seconds
+from scheduler.policy import HOUR_S, Policy, QueueOrder
+from scheduler.quota import QuotaBook, QuotaStanding
+from scheduler.snapshot import Id, Priority, QueuedJob, Run
+
+_SUBMIT_ORDER = operator.attrgetter("submitted_at", "id")
+CLASS_RANK = {Priority.URGENT: 0, Priority.HIGH: 1, Priority.MEDIUM: 2, Priority.LOW: 3}
+HIGH_RANK = CLASS_RANK[Priority.HIGH]
+OVER_QUOTA_RANK = 4
+
+
+def _submitted_s(job: QueuedJob) -> float:
+    submitted = job.submitted_at
+    return submitted if submitted.__class__ is float else to_seconds(submitted)
+
+
+# What `classify` says about a job: start it if it fits, or only protect it (EASY) if it is
+# the best-ranked job that cannot fit the idle GPUs now.
+CANDIDATE = 0
+PROTECT_ONLY = 1
+
+OrderKey = tuple
+
+
+def order_queue(
+    *,
+    queued_jobs: tuple[QueuedJob, ...],
+    runs: list[Run],
+    fair_share: Callable[[Iterable[tuple[Id, Id]]], FairShare],
+    quota: QuotaBook,
+    classify: Callable[[QueuedJob], int | None],
+    now_s: float,
+    policy: Policy,
+) -> tuple[Iterator[tuple[OrderKey, QueuedJob]], Iterator[tuple[OrderKey, QueuedJob]]]:
+    """Two lazy orders, best first, of (key, job): the jobs `classify` calls CANDIDATE and
+    those it calls PROTECT_ONLY (None: left out). Keys of both compare with each other, as
+    they come from one rule. `fair_share` is called only when needed (FIFO never pays)."""
+    # Sorting on the attributes themselves runs in C (datetimes and floats both order
+    # correctly); a plan touches every queued job here, so this is the hot loop.
+    by_submit = sorted(queued_jobs, key=_SUBMIT_ORDER)
+    if policy.queue_order == QueueOrder.FIFO:
+        return (
+            _fifo(by_submit, classify, CANDIDATE),
+            _fifo(by_submit, classify, PROTECT_ONLY),
+        )
+
+    demoted_urgent = _urgent_over_limit(queued_jobs, runs, policy)
+    # Streams of (entry penalty so far, submitted_s, id, job), one per (team, user, class),
+    # separately for candidates and protect-only jobs.
+    streams: tuple[dict, dict] = ({}, {})
+    ahead_by_user: dict[tuple[Id, Id], float] = {}
+    entry_penalty = policy.entry_penalty
+    default_estimate_s = policy.default_estimate_s
+    for job in by_submit:
+        user_key = (job.team, job.user)
+        ahead = ahead_by_user.get(user_key, 0.0)
+        kind = classify(job)
+        if kind is not None:
+            rank = CLASS_RANK[job.priority]
+            if rank == 0 and job.id in demoted_urgent:
+                rank = HIGH_RANK
+            streams[kind].setdefault((job.team, job.user, rank), []).append(
+                (ahead, _submitted_s(job), job.id, job)
+            )
+        ahead_by_user[user_key] = ahead + job.gpus_needed * (
+            job.estimated_duration_s or default_estimate_s
+        ) * entry_penalty
+    if not streams[CANDIDATE] and not streams[PROTECT_ONLY]:
+        return iter(()), iter(())
+
+    shares = fair_share(ahead_by_user.keys())
+    promotion_s = policy.class_promotion_after_s
+    aging_per_s = policy.aging_per_hour / HOUR_S
+
+    def key_of(base_rank: int, entry: tuple[float, float, Id, QueuedJob]) -> OrderKey:
+        ahead, submitted_s, job_id, job = entry
+        waited_s = max(now_s - submitted_s, 0.0)
+        rank = base_rank
+        if rank > HIGH_RANK and promotion_s > 0:
+            rank = max(HIGH_RANK, rank - int(waited_s // promotion_s))
+        if quota.standing(job.team) == QuotaStanding.OVER_ALLOWED:
+            rank = OVER_QUOTA_RANK
+        score = shares.score(job.team, job.user, ahead) - aging_per_s * waited_s
+        return (rank, score, submitted_s, job_id)
+
+    return _merging(streams[CANDIDATE], key_of), _merging(streams[PROTECT_ONLY], key_of)
+
+
+def _fifo(
+    by_submit: list[QueuedJob], classify: Callable[[QueuedJob], int | None], kind: int
+) -> Iterator[tuple[OrderKey, QueuedJob]]:
+    """Lazily: strict FIFO usually looks at the head only, so classify only what is asked."""
+    for job in by_submit:
+        if classify(job) == kind:
+            yield (_submitted_s(job), job.id), job
+
+
+def _merging(
+    streams: dict[tuple[Id, Id, int], list[tuple[float, float, Id, QueuedJob]]],
+    key_of: Callable[[int, tuple[float, float, Id, QueuedJob]], OrderKey],
+) -> Iterator[tuple[OrderKey, QueuedJob]]:
+    """k-way merge of streams whose keys never decrease: only heads are keyed."""
+    heap: list[tuple[OrderKey, int]] = []
+    stream_list = list(streams.items())
+    positions = [0] * len(stream_list)
+    for number, ((_, _, base_rank), entries) in enumerate(stream_list):
+        heap.append((key_of(base_rank, entries[0]), number))
+    heapq.heapify(heap)
+    while heap:
+        key, number = heap[0]
+        (_, _, base_rank), entries = stream_list[number]
+        position = positions[number]
+        yield key, entries[position][3]
+        position += 1
+        positions[number] = position
+        if position < len(entries):
+            heapq.heapreplace(heap, (key_of(base_rank, entries[position]), number))
+        else:
+            heapq.heappop(heap)
+
+
+def _urgent_over_limit(
+    queued_jobs: tuple[QueuedJob, ...], runs: list[Run], policy: Policy
+) -> set[Id]:
+    """Ids of queued urgent jobs beyond their team's urgent limit (they rank as high)."""
+    urgent = [
+        (_submitted_s(job), job.id, job) for job in queued_jobs if job.priority == Priority.URGENT
+    ]
+    if not urgent:
+        return set()
+    urgent.sort(key=lambda entry: (entry[0], entry[1]))
+    in_use: dict[Id, int] = {}
+    for run in runs:
+        if run.priority == Priority.URGENT:
+            in_use[run.team] = in_use.get(run.team, 0) + 1
+    over: set[Id] = set()
+    for _, job_id, job in urgent:
+        used = in_use.get(job.team, 0)
+        if used < policy.urgent_limit_per_team:
+            in_use[job.team] = used + 1
+        else:
+            over.add(job_id)
+    return over
