@@ -214,4 +214,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # A refused booking (409) is business as usual, not a warning; 5xx are still logged.
+    "loggers": {"django.request": {"level": "ERROR"}},
 }
