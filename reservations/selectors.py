@@ -4,7 +4,8 @@ import datetime as dt
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Q, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
+from django.db.models.functions import Greatest, Least
 
 from gpus.models import Gpu, MaintenanceWindow
 from reservations import timegrid
@@ -56,10 +57,13 @@ def usage_seconds(
         rows = rows.filter(user_id=user_id)
     if exclude_reservation_id is not None:
         rows = rows.exclude(pk=exclude_reservation_id)
-    return sum(
-        gpu_count * timegrid.overlap_seconds(start, end, window_start, window_end)
-        for start, end, gpu_count in rows.values_list("start", "end", "gpu_count")
+    # Summed in the database, grouped by GPU count (SQLite cannot multiply a duration):
+    # a team's month can hold thousands of bookings, and this runs inside the booking lock.
+    overlap = ExpressionWrapper(
+        Least(F("end"), Value(window_end)) - Greatest(F("start"), Value(window_start)), output_field=DurationField()
     )
+    groups = rows.order_by().values("gpu_count").annotate(total=Sum(overlap))
+    return sum(group["gpu_count"] * round(group["total"].total_seconds()) for group in groups)
 
 
 def team_month_usage(*, team: Team, now: dt.datetime) -> dict:
