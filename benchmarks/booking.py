@@ -138,7 +138,9 @@ def raw_run(people, plans, *, gpu_lock: bool):
 
     def worker(number, plan, start_line, latencies, outcomes):
         user_id, team_id, _ = people[number]
-        connection = psycopg.connect(DATABASE_URL)
+        # autocommit: each `transaction()` below is then a real transaction, not a savepoint
+        # inside one that never ends (which would hold every lock to the end of the run).
+        connection = psycopg.connect(DATABASE_URL, autocommit=True)
         node_of = dict(connection.execute("SELECT id, node_id FROM gpus_gpu").fetchall())
         start_line.wait()
         for gpu_id, slot in plan:
