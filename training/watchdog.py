@@ -36,7 +36,7 @@ from gpus.models import GpuSample
 from reservations import services as reservation_services
 from reservations import timegrid
 from reservations.models import Reservation
-from training.models import Run, RunMetric
+from training.models import Run, RunMetric, TrainingJob
 
 logger = logging.getLogger(__name__)
 IDLE_COVERAGE = 0.9  # share of the window's GPU-minutes that must have telemetry
@@ -244,6 +244,9 @@ def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
             ]
         )
         reason = loss_anomaly(epochs=list(reversed(recent)), progress=run.progress or {})
+        # A diverged loss would diverge again from the same checkpoint: hold the job for its
+        # owner. A hot GPU is not the job's fault: it resumes in its next slot.
+        hold_job = reason is not None
         if reason is None:
             too_hot = sorted((gpu_id, hot[gpu_id]) for gpu_id in run.gpu_ids if gpu_id in hot)
             if too_hot:
@@ -251,12 +254,13 @@ def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
                 index = run.gpu_indices[run.gpu_ids.index(gpu_id)] if gpu_id in run.gpu_ids else gpu_id
                 reason = (f"Stopped: GPU {index} reached {temperature:.0f} °C, over the {limit:g} °C limit; "
                           "the run was checkpointed to protect the hardware.")
-        if reason is not None and run_stop_for_anomaly(run=run, reason=reason, now=now):
+        if reason is not None and run_stop_for_anomaly(run=run, reason=reason, now=now, hold_job=hold_job):
             summary.stopped[run.pk] = reason
 
 
-def run_stop_for_anomaly(*, run: Run, reason: str, now: dt.datetime) -> bool:
-    """Ask the run to checkpoint and stop (compare-and-set; reconcile delivers the stop)."""
+def run_stop_for_anomaly(*, run: Run, reason: str, now: dt.datetime, hold_job: bool = False) -> bool:
+    """Ask the run to checkpoint and stop (compare-and-set; reconcile delivers the stop).
+    `hold_job`: the job ends as failed with the reason instead of being resumed."""
     grace = dt.timedelta(seconds=float(_setting("GPUBOOK_STOP_GRACE_SECONDS", 60)))
     kill_at = min(now + grace, run.must_end_by) if run.must_end_by else now + grace
     claimed = Run.objects.filter(pk=run.pk, state=Run.State.RUNNING, stop_requested_at__isnull=True).update(
@@ -265,6 +269,10 @@ def run_stop_for_anomaly(*, run: Run, reason: str, now: dt.datetime) -> bool:
     if not claimed:
         return False
     job = run.job
+    if hold_job:
+        TrainingJob.objects.filter(pk=job.pk).exclude(state__in=TrainingJob.FINISHED).update(
+            state=TrainingJob.State.FAILED, reason=f"Held after an anomaly: {reason}"[:500], finished_at=now
+        )
     _emit(
         event_type=ANOMALY_EVENT, team_id=job.team_id, user_id=job.user_id, now=now,
         dedupe_key=f"run:{run.pk}:anomaly",

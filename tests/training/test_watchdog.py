@@ -165,6 +165,8 @@ def test_a_loss_jump_stops_the_run_with_a_checkpoint_and_says_why(running, notic
     assert "box_loss jumped to 3.1" in running.reason and "median of the previous 5 epochs" in running.reason
     (notice,) = notices
     assert notice["event_type"] == "run.anomaly" and notice["payload"]["reason"] == running.reason
+    running.job.refresh_from_db()
+    assert running.job.state == "failed" and running.job.reason.startswith("Held after an anomaly")
     # level-triggered: a second tick does nothing more
     assert watchdog_tick(now=now + MIN).stopped == {}
     assert len(notices) == 1
@@ -217,6 +219,8 @@ def test_a_hot_gpu_stops_the_run(running, inventory, notices):
     GpuSample.objects.create(gpu=inventory["b"][1], minute=now - MIN, sample_count=12, temperature_celsius_mean=93.4)
     summary = watchdog_tick(now=now + 10 * dt.timedelta(seconds=1))
     assert summary.stopped[running.pk].startswith("Stopped: GPU 1 reached 93 °C, over the 90 °C limit")
+    running.job.refresh_from_db()
+    assert running.job.state == "running"  # not the job's fault: reconcile requeues it after the checkpoint
 
 
 def test_only_running_runs_are_stopped(running, notices):
