@@ -5,7 +5,7 @@
   var LOSSES = ["box_loss", "cls_loss", "dfl_loss", "val_box_loss", "val_cls_loss", "val_dfl_loss"];
   var QUALITY = ["mAP50", "mAP50-95"];
   var LAYOUT = {margin: {t: 36, r: 12, b: 40, l: 48}, height: 280, font: {size: 12},
-                xaxis: {title: {text: "epoch"}, dtick: 1}, legend: {orientation: "h", y: -0.25}};
+                xaxis: {title: {text: "epoch"}, tickformat: "d"}, legend: {orientation: "h", y: -0.25}};
 
   function traces(series, names) {
     return names.filter(function (name) {
