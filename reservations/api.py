@@ -19,6 +19,7 @@ from gpus.models import Gpu, Node
 from reservations import selectors, services
 from reservations.models import ReservationGpu, Team
 from reservations.serializers import (
+    MAX_ID,
     AwareDateTimeField,
     GpuSerializer,
     ReasonSerializer,
@@ -220,9 +221,12 @@ def _int(value: object) -> int:
 
 def _int_param(params, name: str) -> int:
     try:
-        return int(params[name])
+        value = int(params[name])
     except ValueError:
-        raise DomainError("invalid_parameter", f"`{name}` must be an integer id.") from None
+        value = 0
+    if not 1 <= value <= MAX_ID:
+        raise DomainError("invalid_parameter", f"`{name}` must be an integer id.")
+    return value
 
 
 class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

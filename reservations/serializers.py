@@ -10,6 +10,10 @@ from gpus.models import Gpu
 from reservations import timegrid
 from reservations.models import Reservation, Team
 
+# Ids beyond a 64-bit integer cannot exist; refusing them here keeps them away from SQLite,
+# which raises OverflowError instead of finding nothing.
+MAX_ID = 2**63 - 1
+
 
 class AwareDateTimeField(serializers.Field):
     """ISO-8601 with an offset. A naive time is refused rather than guessed: a booking made
@@ -29,7 +33,10 @@ class AwareDateTimeField(serializers.Field):
                 "naive_datetime",
                 f"{self.field_name}: {data!r} has no UTC offset; add one, e.g. 2026-12-01T09:00:00+01:00.",
             )
-        return value.astimezone(dt.UTC)
+        try:
+            return value.astimezone(dt.UTC)
+        except OverflowError:  # e.g. 9999-12-31T23:59-14:00 is past the last representable instant
+            raise DomainError("invalid_datetime", f"{self.field_name}: {data!r} is out of range.") from None
 
     def to_representation(self, value: dt.datetime) -> str:
         return value.astimezone(dt.UTC).isoformat()
@@ -50,10 +57,10 @@ class TimeRangeSerializer(serializers.Serializer):
 
 
 class ReservationCreateSerializer(serializers.Serializer):
-    gpus = serializers.ListField(child=serializers.IntegerField(min_value=1), max_length=64)
+    gpus = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID), max_length=64)
     start = AwareDateTimeField()
     end = AwareDateTimeField()
-    team = serializers.IntegerField(min_value=1)
+    team = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 

@@ -1,12 +1,13 @@
 from rest_framework import serializers
 
+from reservations.serializers import MAX_ID
 from training.models import Artifact, Run, RunMetric, TrainingJob
 
 
 class JobSubmitSerializer(serializers.Serializer):
     spec = serializers.JSONField(help_text="The job spec as an object; or send `spec_yaml`.", required=False)
     spec_yaml = serializers.CharField(required=False, max_length=20_000)
-    reservation = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    reservation = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_ID)
 
     def validate(self, attrs):
         if ("spec" in attrs) == ("spec_yaml" in attrs):
@@ -15,7 +16,7 @@ class JobSubmitSerializer(serializers.Serializer):
 
 
 class AttachSerializer(serializers.Serializer):
-    reservation = serializers.IntegerField(allow_null=True, min_value=1)
+    reservation = serializers.IntegerField(allow_null=True, min_value=1, max_value=MAX_ID)
 
 
 class RunBriefSerializer(serializers.ModelSerializer):
