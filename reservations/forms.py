@@ -35,13 +35,16 @@ def parse_local_or_aware(value: str, tz: zoneinfo.ZoneInfo) -> dt.datetime | Non
         return None
     if parsed is None:
         return None
-    if parsed.tzinfo is not None:
-        return parsed.astimezone(dt.UTC)
     try:
-        return local_to_utc(parsed, tz)
-    except LocalTimeError:
-        # A range edge inside a skipped hour: the instant the clocks jump to is what is meant.
-        return parsed.replace(tzinfo=tz, fold=0).astimezone(dt.UTC)
+        if parsed.tzinfo is not None:
+            return parsed.astimezone(dt.UTC)
+        try:
+            return local_to_utc(parsed, tz)
+        except LocalTimeError:
+            # A range edge inside a skipped hour: the instant the clocks jump to is what is meant.
+            return parsed.replace(tzinfo=tz, fold=0).astimezone(dt.UTC)
+    except OverflowError:  # past the last representable instant once converted: not a time
+        return None
 
 
 def gpu_choices(gpus: list[Gpu]) -> list[tuple[str, list[tuple[int, str]]]]:

@@ -158,7 +158,8 @@ def calendar_events(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"code": "invalid_range", "detail": "Give `start` and `end` as ISO-8601 date-times."}, status=400
         )
-    if end <= start or end - start > calendar_feed.MAX_FEED_RANGE:
+    # Years near the ends of Python's calendar overflow in zone arithmetic; nobody books there.
+    if end <= start or end - start > calendar_feed.MAX_FEED_RANGE or not 1970 <= start.year <= end.year <= 9000:
         return JsonResponse(
             {"code": "invalid_range", "detail": "`end` must be after `start`, at most 42 days later."}, status=400
         )

@@ -44,3 +44,33 @@ def test_no_500(client, method, path, body):
     response = getattr(client, method)(path, body, format="json") if body is not None else getattr(client, method)(path)
     assert response.status_code < 500, response.content
     assert set(response.json()) >= {"code", "detail"} or response.status_code < 300
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/calendar/?date=99999-01-01", "/calendar/?date=0000-00-00&view=month", "/calendar/?view=week&date=9999-12-31",
+        "/calendar/events.json?start=9999-12-31T23:59:00-14:00&end=9999-12-31T23:59:59-14:00",
+        "/calendar/events.json?start=x&end=y", "/calendar/events.json", f"/reservations/{HUGE}/",
+        f"/jobs/{HUGE}/", f"/runs/{HUGE}/", "/reports/utilization/?from=99999-01-01",
+        "/reports/idle/?threshold=abc", "/reports/quota/?month=2026-13", "/ical/not-a-token.ics",
+    ],
+)
+def test_pages_never_500(people, inventory, path):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(people["owner"])
+    assert browser.get(path).status_code < 500
+
+
+@pytest.mark.django_db
+def test_booking_form_never_500(people, inventory):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(people["owner"])
+    for data in ({"gpus": [str(HUGE)], "date": "9999-12-31", "start": "23:30", "end": "25:00", "team": str(HUGE)},
+                 {"gpus": ["x"], "date": "x", "start": "x", "end": "x", "team": "x"}, {}):
+        assert browser.post("/book/", data).status_code < 500
