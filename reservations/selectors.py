@@ -66,17 +66,24 @@ def usage_seconds(
     return sum(group["gpu_count"] * round(group["total"].total_seconds()) for group in groups)
 
 
-def team_month_usage(*, team: Team, now: dt.datetime) -> dict:
-    """This month's quota position in the team's time zone, in GPU-hours."""
-    start = timegrid.month_start(now, team.tzinfo)
-    end = timegrid.next_month_start(now, team.tzinfo)
-    used_hours = usage_seconds(team=team, window_start=start, window_end=end) / 3600
+def month_position(*, team: Team, month_start: dt.datetime, used_seconds: float) -> dict:
+    """A quota position in GPU-hours for the month (team time zone) starting at `month_start`."""
+    used_hours = used_seconds / 3600
     return {
-        "month": start.astimezone(team.tzinfo).strftime("%Y-%m"),
+        "month": month_start.astimezone(team.tzinfo).strftime("%Y-%m"),
         "quota_gpu_hours": team.monthly_gpu_hours,
         "used_gpu_hours": round(used_hours, 2),
         "remaining_gpu_hours": round(max(0.0, team.monthly_gpu_hours - used_hours), 2),
     }
+
+
+def team_month_usage(*, team: Team, now: dt.datetime) -> dict:
+    """This month's quota position in the team's time zone, in GPU-hours."""
+    start = timegrid.month_start(now, team.tzinfo)
+    end = timegrid.next_month_start(now, team.tzinfo)
+    return month_position(
+        team=team, month_start=start, used_seconds=usage_seconds(team=team, window_start=start, window_end=end)
+    )
 
 
 def conflicting_bookings(

@@ -150,11 +150,13 @@ def _check_quota(
     end: dt.datetime,
     gpu_count: int,
     exclude_reservation_id: int | None,
-) -> None:
+) -> int:
     """Refuse if any calendar month (team time zone) this booking touches would go over quota,
-    or any day would go over the per-user daily cap."""
+    or any day would go over the per-user daily cap. Returns the GPU-seconds already used in
+    the month the booking starts in (for the quota-crossing notice, without asking again)."""
     tz = team.tzinfo
     quota_seconds = team.monthly_gpu_hours * 3600
+    used_in_start_month = None
     for month_start, month_end in timegrid.split_by_period(start, end, tz):
         used = selectors.usage_seconds(
             team=team,
@@ -162,6 +164,7 @@ def _check_quota(
             window_end=month_end,
             exclude_reservation_id=exclude_reservation_id,
         )
+        used_in_start_month = used if used_in_start_month is None else used_in_start_month
         wanted = gpu_count * timegrid.overlap_seconds(start, end, month_start, month_end)
         if used + wanted > quota_seconds:
             remaining = max(0, quota_seconds - used) / 3600
@@ -176,7 +179,7 @@ def _check_quota(
                 quota_gpu_hours=team.monthly_gpu_hours,
             )
     if team.user_daily_cap_gpu_hours is None:
-        return
+        return used_in_start_month
     cap_seconds = team.user_daily_cap_gpu_hours * 3600
     for day_start, day_end in timegrid.split_by_period(
         start, end, tz, period_start=timegrid.day_start, next_period_start=timegrid.next_day_start
@@ -199,6 +202,7 @@ def _check_quota(
                 day=day,
                 remaining_gpu_hours=round(remaining, 2),
             )
+    return used_in_start_month
 
 
 def _check_free(
@@ -317,7 +321,7 @@ def reservation_create(
         _lock_booking(user_id=user.pk, team_id=team.pk, gpu_ids=ids)
         locked_team = Team.objects.get(pk=team.pk)  # re-read: quota may have changed meanwhile
         _check_free(user=user, node_id=node_id, gpu_ids=ids, start=start, end=end, exclude_reservation_id=None)
-        _check_quota(
+        used_before = _check_quota(
             team=locked_team,
             user_id=user.pk,
             start=start,
@@ -326,7 +330,6 @@ def reservation_create(
             exclude_reservation_id=None,
         )
         status = Reservation.Status.PENDING if locked_team.requires_approval else Reservation.Status.CONFIRMED
-        usage_before = selectors.team_month_usage(team=locked_team, now=start)
         reservation = Reservation.objects.create(
             user=user,
             team=locked_team,
@@ -351,8 +354,15 @@ def reservation_create(
         )
         _audit(actor=user, at=now, action="create", reservation=reservation, before=None, after=_snapshot(reservation))
         notices.notify_reservation_confirmed(reservation=reservation, now=now)
-        notices.notify_quota_crossing(team=locked_team, before=usage_before, booker_id=user.pk, now=now,
-                                      after=selectors.team_month_usage(team=locked_team, now=start))
+        month_start = timegrid.month_start(start, locked_team.tzinfo)
+        added = len(ids) * timegrid.overlap_seconds(
+            start, end, month_start, timegrid.next_month_start(start, locked_team.tzinfo)
+        )
+        notices.notify_quota_crossing(
+            team=locked_team, booker_id=user.pk, now=now,
+            before=selectors.month_position(team=locked_team, month_start=month_start, used_seconds=used_before),
+            after=selectors.month_position(team=locked_team, month_start=month_start, used_seconds=used_before + added),
+        )
         return reservation
 
     return _counting_refusals(book, now=now)
