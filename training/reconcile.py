@@ -123,11 +123,15 @@ def reconcile(*, now: dt.datetime, executor: Executor, policy: scheduler.Policy 
 
 
 # --- 2. observe ---------------------------------------------------------------------------------
-def _final_state(run: Run, observed: ObservedRun, now: dt.datetime) -> tuple[str, str]:
-    """What an ended run is called, and why."""
+def _termination(run: Run) -> dict | None:
+    """The runner's termination message for this run, if it wrote one (the job's output dir is
+    shared by its runs, so an earlier run's message does not count)."""
     termination = read_termination(Path(run.output_dir)) if run.output_dir else None
-    if termination and str(termination.get("run_id")) != str(run.pk):
-        termination = None  # an earlier run's message in the job's shared output dir
+    return termination if termination and str(termination.get("run_id")) == str(run.pk) else None
+
+
+def _final_state(run: Run, observed: ObservedRun, now: dt.datetime, termination: dict | None) -> tuple[str, str]:
+    """What an ended run is called, and why."""
     reason = (termination or {}).get("reason") or observed.detail or observed.reason
     if observed.state == RunState.SUCCEEDED:
         return Run.State.SUCCEEDED, "finished"
@@ -144,12 +148,11 @@ def _final_state(run: Run, observed: ObservedRun, now: dt.datetime) -> tuple[str
     return Run.State.FAILED, f"the run vanished ({observed.reason or 'no exit status'})"
 
 
-def _end_run(run: Run, *, state: str, reason: str, exit_code: int | None, now: dt.datetime) -> bool:
+def _end_run(
+    run: Run, *, state: str, reason: str, exit_code: int | None, now: dt.datetime, termination: dict | None = None
+) -> bool:
     """Record a run's end and move its job on. Compare-and-set: only one tick records it."""
-    termination = read_termination(Path(run.output_dir)) if run.output_dir else None
-    checkpoint = None
-    if termination and str(termination.get("run_id")) == str(run.pk):
-        checkpoint = termination.get("checkpoint")
+    checkpoint = (termination or {}).get("checkpoint")
     with transaction.atomic():
         ended = Run.objects.filter(pk=run.pk, state__in=Run.LIVE).update(
             state=state, reason=reason[:500], exit_code=exit_code, ended_at=now, checkpoint_path=checkpoint or ""
@@ -222,12 +225,13 @@ def record_observations(*, executor: Executor, now: dt.datetime, report: TickRep
         if seen is None:
             if run.state != Run.State.STARTING:  # it was running and is gone without a trace
                 _end_run(run, state=Run.State.FAILED, reason="the run vanished from the executor",
-                         exit_code=None, now=now)
+                         exit_code=None, now=now, termination=_termination(run))
                 report.ended.append(run.pk)
             continue
         if seen.state.ended:
-            state, reason = _final_state(run, seen, now)
-            if _end_run(run, state=state, reason=reason, exit_code=seen.exit_code, now=now):
+            termination = _termination(run)
+            state, reason = _final_state(run, seen, now, termination)
+            if _end_run(run, state=state, reason=reason, exit_code=seen.exit_code, now=now, termination=termination):
                 report.ended.append(run.pk)
                 with contextlib.suppress(ExecutorError):
                     executor.cleanup(seen.handle)
