@@ -171,9 +171,9 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         if not data.validated_data:
             raise DomainError("nothing_to_change", "Send a new start, a new end, or both.")
         services.reservation_reschedule(
-            reservation_id=_int(pk), actor=request.user, now=timezone.now(), **data.validated_data
+            reservation_id=path_id(pk), actor=request.user, now=timezone.now(), **data.validated_data
         )
-        return Response(self._render(_int(pk)))
+        return Response(self._render(path_id(pk)))
 
     @extend_schema(request=ReasonSerializer, responses={200: ReservationSerializer})
     @action(detail=True, methods=["post"])
@@ -181,12 +181,12 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)
         services.reservation_cancel(
-            reservation_id=_int(pk),
+            reservation_id=path_id(pk),
             actor=request.user,
             now=timezone.now(),
             reason=reason.validated_data["reason"],
         )
-        return Response(self._render(_int(pk)))
+        return Response(self._render(path_id(pk)))
 
     @extend_schema(request=ReasonSerializer, responses={200: ReservationSerializer})
     @action(detail=True, methods=["post"])
@@ -194,29 +194,33 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         reason = ReasonSerializer(data=request.data)
         reason.is_valid(raise_exception=True)
         services.reservation_release(
-            reservation_id=_int(pk),
+            reservation_id=path_id(pk),
             actor=request.user,
             now=timezone.now(),
             reason=reason.validated_data["reason"] or "released early by the user",
         )
-        return Response(self._render(_int(pk)))
+        return Response(self._render(path_id(pk)))
 
     @extend_schema(request=None, responses={200: ReservationSerializer})
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
-        services.reservation_approve(reservation_id=_int(pk), actor=request.user, now=timezone.now())
-        return Response(self._render(_int(pk)))
+        services.reservation_approve(reservation_id=path_id(pk), actor=request.user, now=timezone.now())
+        return Response(self._render(path_id(pk)))
 
     def _render(self, reservation_id: int) -> dict:
         reservation = get_object_or_404(self.get_queryset(), pk=reservation_id)
         return ReservationSerializer(reservation).data
 
 
-def _int(value: object) -> int:
+def path_id(value: object) -> int:
+    """An id from a URL path; anything else names no object."""
     try:
-        return int(str(value))
+        number = int(str(value))
     except ValueError:
-        raise NotFound("not_found", "Not found.") from None  # a path that names no object
+        number = 0
+    if not 1 <= number <= MAX_ID:
+        raise NotFound("not_found", "Not found.")
+    return number
 
 
 def _int_param(params, name: str) -> int:

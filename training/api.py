@@ -8,11 +8,11 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import DomainError, NotFound, NotPermitted
+from config.errors import DomainError, NotPermitted
+from reservations.api import path_id
 from training import selectors, services
 from training.execution import executor_from_settings
 from training.executors.base import Handle, run_name
-from training.jobspec import JobSpecError, load_document
 from training.models import Run
 from training.serializers import (
     AttachSerializer,
@@ -36,7 +36,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         data = JobSubmitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        document = values["spec"] if "spec" in values else load_document_or_error(values["spec_yaml"])
+        document = values["spec"] if "spec" in values else services.job_spec_from_text(text=values["spec_yaml"])
         job = services.job_submit(
             user=request.user, document=document, reservation_id=values.get("reservation"), now=timezone.now()
         )
@@ -45,7 +45,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        job = services.job_cancel(job_id=_int(pk), actor=request.user, now=timezone.now())
+        job = services.job_cancel(job_id=path_id(pk), actor=request.user, now=timezone.now())
         return Response(JobSerializer(job).data)
 
     @extend_schema(request=AttachSerializer, responses={200: JobSerializer})
@@ -54,7 +54,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         data = AttachSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         job = services.job_attach(
-            job_id=_int(pk), reservation_id=data.validated_data["reservation"], actor=request.user, now=timezone.now()
+            job_id=path_id(pk), reservation_id=data.validated_data["reservation"], actor=request.user,
+            now=timezone.now(),
         )
         return Response(JobSerializer(job).data)
 
@@ -63,20 +64,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def runs(self, request, pk=None):
         job = self.get_object()
         return Response(RunBriefSerializer(job.runs.all(), many=True).data)
-
-
-def load_document_or_error(text: str):
-    try:
-        return load_document(text)
-    except JobSpecError as error:
-        raise DomainError("invalid_spec", str(error)) from error
-
-
-def _int(value) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        raise NotFound("not_found", "Not found.") from None
 
 
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -12,7 +12,7 @@ from django.db import transaction
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from gpus.models import Gpu
 from reservations.models import Membership, Reservation, Team
-from training.jobspec import JobSpecError, parse_job_spec
+from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
 
 
@@ -40,6 +40,14 @@ def _check_attachable(*, reservation: Reservation, team: Team, gpus: int, now: d
         raise DomainError(
             "too_many_gpus", f"The job needs {gpus} GPUs; the reservation has {reservation.gpu_count}."
         )
+
+
+def job_spec_from_text(*, text: str) -> Any:
+    """A spec pasted or uploaded as YAML/JSON text; a syntax error is the caller's to fix."""
+    try:
+        return load_document(text)
+    except JobSpecError as error:
+        raise DomainError("invalid_spec", str(error)) from error
 
 
 def job_submit(

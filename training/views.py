@@ -17,7 +17,6 @@ from config.errors import DomainError
 from reservations.models import Reservation
 from reservations.selectors import reservations_visible_to
 from training import selectors, services
-from training.api import load_document_or_error
 from training.execution import executor_from_settings
 from training.executors.base import Handle, run_name
 from training.models import Artifact, Run, RunMetric, TrainingJob
@@ -49,7 +48,7 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
         reservation = request.POST.get("reservation") or None
         try:
             job = services.job_submit(
-                user=request.user, document=load_document_or_error(request.POST.get("spec_yaml", "")),
+                user=request.user, document=services.job_spec_from_text(text=request.POST.get("spec_yaml", "")),
                 reservation_id=int(reservation) if reservation else None, now=timezone.now(),
             )
         except (DomainError, ValueError) as problem:
