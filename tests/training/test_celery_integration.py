@@ -22,7 +22,8 @@ from training.models import Run, TrainingImage
 from training.services import job_submit
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-REDIS_DB = 7  # a database of its own, flushed before use
+# A database of its own, flushed before use; GPUBOOK_TEST_REDIS_DB lets parallel checkouts differ.
+REDIS_DB = int(os.environ.get("GPUBOOK_TEST_REDIS_DB", "7"))
 SLOT_RECORDER = str(Path(__file__).resolve().parent.parent / "fakes" / "slot_recorder.py")
 GRACE_S = 3
 
