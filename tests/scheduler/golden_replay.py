@@ -40,11 +40,13 @@ def action_row(at_s: float, action) -> list:
 
 
 def replay_logs() -> dict[str, list[list]]:
-    from scheduler.sim import cli as simulate
     from scheduler.sim.engine import Simulation, SimulationConfig
+    from scheduler.sim.policies import policy_for
+    from scheduler.sim.replay import fresh_jobs, team_quotas
+    from scheduler.sim.trace import parse_window, read_trace
     from scheduler.sim.workload import build_workload, make_gpus
 
-    trace = simulate.read_trace(TRACE, simulate.parse_window(None))
+    trace = read_trace(TRACE, parse_window(None))
     logs: dict[str, list[list]] = {}
     for share in SHARES:
         gpus = make_gpus(GPUS, GPUS_PER_NODE)
@@ -53,16 +55,16 @@ def replay_logs() -> dict[str, list[list]]:
             slot_s=1800.0, grace_s=60.0, seed=1,
         )
         for name in POLICIES:
-            policy = simulate.policy_for(name)
+            policy = policy_for(name)
             fifo = name == "fifo"
             config = SimulationConfig(
                 gpus=gpus, policy=policy, restart_overhead_s=60.0,
-                team_quota_gpu_s=simulate.team_quotas(workload, policy, 1.0),
+                team_quota_gpu_s=team_quotas(workload, policy, 1.0),
                 use_estimator=policy.use_estimates, record_actions=True,
             )
             result = Simulation(
                 config,
-                simulate._fresh_jobs(workload, without_bookings=fifo),
+                fresh_jobs(workload, without_bookings=fifo),
                 () if fifo else workload.bookings,
             ).run()
             logs[f"{name}@{share}"] = [
