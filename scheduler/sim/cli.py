@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--policy",
         default=",".join(POLICY_NAMES),
-        help="one or a comma-separated list of fifo, reservations-only, gpubook (default all)",
+        help="one or a comma-separated list of " + ", ".join(POLICY_NAMES) + " (default all)",
     )
     parser.add_argument(
         "--reservation-share",

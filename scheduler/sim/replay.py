@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from scheduler.policy import Policy
 from scheduler.sim.engine import SimJob, Simulation, SimulationConfig, SimulationResult
-from scheduler.sim.policies import policy_for
+from scheduler.sim.policies import EXACT_RUNTIME_POLICIES, policy_for
 from scheduler.sim.workload import Workload, make_gpus
 
 # Quotas are sized to each team's demand divided by this load, i.e. generous: the trace
@@ -43,10 +43,14 @@ class Scenario:
     quota: str
 
 
-def fresh_jobs(workload: Workload, *, without_bookings: bool) -> list[SimJob]:
+def fresh_jobs(
+    workload: Workload, *, without_bookings: bool, exact_estimates: bool = False
+) -> list[SimJob]:
     jobs = [replace(job) for job in workload.jobs]
     if without_bookings:
         jobs = [replace(job, booking_id=None) for job in jobs]
+    if exact_estimates:
+        jobs = [replace(job, estimate_s=job.duration_s) for job in jobs]
     return jobs
 
 
@@ -71,19 +75,22 @@ def run_policy(
     restart_overhead_s: float,
     load: float,
     grace_s: float,
+    policy: Policy | None = None,
 ) -> tuple[SimulationResult, float]:
-    policy = policy_for(name, grace_s=grace_s)
+    """Replay `workload` under the named policy (or `policy`, a variant of it)."""
+    policy = policy or policy_for(name, grace_s=grace_s)
     fifo = name == "fifo"
+    exact = name in EXACT_RUNTIME_POLICIES
     config = SimulationConfig(
         gpus=make_gpus(gpus_total, gpus_per_node),
         policy=policy,
         restart_overhead_s=restart_overhead_s,
         team_quota_gpu_s=team_quotas(workload, policy, load),
-        use_estimator=policy.use_estimates,
+        use_estimator=policy.use_estimates and not exact,
     )
     simulation = Simulation(
         config,
-        fresh_jobs(workload, without_bookings=fifo),
+        fresh_jobs(workload, without_bookings=fifo, exact_estimates=exact),
         () if fifo else workload.bookings,
     )
     started = time.perf_counter()

@@ -47,11 +47,12 @@ def read_trace(path: Path, window: tuple[float, float]) -> list[TraceJob]:
     jobs = []
     seen: set[int] = set()
     with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
+        for row_number, row in enumerate(csv.DictReader(handle), start=1):
             submit_s = float(row["submit_time"])
             if not (window[0] <= submit_s < window[1]):
                 continue
-            job_id = int(row["job_id"])
+            # Integer ids are kept; others (ITP's UUIDs) become the row's number in the file.
+            job_id = int(row["job_id"]) if row["job_id"].isdigit() else row_number
             if job_id in seen:
                 raise ValueError(f"{path}: job_id {job_id} appears twice")
             seen.add(job_id)

@@ -48,10 +48,12 @@ def _simulate(trace, *, policy_name, nodes, share, seed, restart_overhead_s=60.0
     config = SimulationConfig(
         gpus=gpus, policy=policy, restart_overhead_s=restart_overhead_s,
         team_quota_gpu_s={"vision": 1e9, "speech": 1e9, "unassigned": 1e9},
-        use_estimator=policy.use_estimates, record_actions=True,
+        use_estimator=policy.use_estimates and policy_name != "easy", record_actions=True,
     )
     bookings = () if policy_name == "fifo" else workload.bookings
-    jobs = fresh_jobs(workload, without_bookings=policy_name == "fifo")
+    jobs = fresh_jobs(
+        workload, without_bookings=policy_name == "fifo", exact_estimates=policy_name == "easy"
+    )
     return workload, Simulation(config, jobs, bookings).run()
 
 
