@@ -64,6 +64,12 @@ class Policy:
     min_preemptible_runtime_s: float = 15 * 60.0
     # A job preempted this many times only starts where its estimate fits (no thrashing).
     max_preemptions: int = 3
+    # A job that cannot checkpoint loses all its work if a reservation stops it, and
+    # estimates err (Philly: a user's next run is often several times the last two), so it
+    # goes into a gap before a reservation only if the gap holds this multiple of its
+    # estimate: a conservative quantile of the runtime instead of the mean. GPUs with no
+    # reservation ahead take it whatever its estimate. 1.0 = trust the estimate.
+    non_checkpointable_gap_factor: float = 1.0
     # Estimate used when a job has none and the estimator had no history (Philly mean-ish
     # is hours; one hour keeps unknown jobs off GPUs booked soon without locking them out).
     default_estimate_s: float = HOUR_S

@@ -33,6 +33,7 @@ from scheduler.fair_share import decayed_gpu_seconds
 from scheduler.index import IndexCache
 from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
+from scheduler.sim.calendar import Calendar
 from scheduler.snapshot import (
     Gpu,
     Id,
@@ -153,6 +154,11 @@ class SimulationConfig:
     # long jobs that the trace ran in one go).
     enforce_quotas: bool = False
     record_actions: bool = False
+    # The booking service places each booking when it is made, on the node whose GPUs it
+    # would cost least to clear at the slot's start (idle, or running work that ends first
+    # or can checkpoint, before work that cannot), fullest node first (keeps whole nodes
+    # free), instead of using the GPUs the workload chose blind to the runs.
+    run_aware_booking: bool = False
 
 
 class Simulation:
@@ -176,6 +182,8 @@ class Simulation:
         self.usage: dict[tuple[str, str], Usage] = {}
         self.recent_durations: dict[tuple[str, int], deque[float]] = {}
         self.team_charges: dict[str, float] = {team: 0.0 for team in config.team_quota_gpu_s}
+        self.calendar = Calendar(self.gpus) if config.run_aware_booking else None
+        self.refused_bookings: set[int] = set()
         self.result = SimulationResult(
             jobs=self.jobs,
             bookings=self.bookings,
@@ -252,7 +260,11 @@ class Simulation:
         while starts and starts[0][0] <= now_s:
             start_s, booking_id = heapq.heappop(starts)
             booking = self.booking_by_id[booking_id]
-            if booking_id in self.result.released or start_s < now_s - EPSILON_S:
+            if (
+                booking_id in self.result.released
+                or booking_id in self.refused_bookings
+                or start_s < now_s - EPSILON_S
+            ):
                 continue
             if booking.start_s - booking.booked_at_s < self.policy.grace_s:
                 continue
@@ -268,6 +280,10 @@ class Simulation:
             self._submit(self.jobs[payload], now_s)
         elif kind == _EventKind.BOOKING_VISIBLE:
             booking = self.booking_by_id[payload]
+            if self.calendar is not None:
+                booking = self._place_booking(booking, now_s)
+                if booking is None:
+                    return
             self.reservations[booking.id] = Reservation(
                 id=booking.id,
                 gpu_ids=booking.gpu_ids,
@@ -287,6 +303,58 @@ class Simulation:
                 self._end_run(live, now_s, live.end_how)
         elif kind == _EventKind.WAKEUP:
             self.scheduled_wakeups.discard(now_s)
+
+    def _clearing_cost_s(self, gpu_id: Id, start_s: float, now_s: float) -> float:
+        """GPU-seconds lost if this GPU must be free at `start_s`, as the booking service can
+        tell now: nothing for an idle GPU or a run expected to end by then; a restart for a
+        run that can checkpoint; all the work since its start for one that cannot."""
+        holder = self.gpu_holder.get(gpu_id)
+        if holder is None:
+            return 0.0
+        live = self.runs[holder]
+        run = live.run
+        if run.kind == RunKind.RESERVED:
+            return 0.0  # its slot ends before this booking (the calendar says so)
+        expected_end = run.estimated_end
+        # An estimate the run has already outlived says nothing about when it ends.
+        if (
+            expected_end is not None
+            and expected_end > now_s
+            and expected_end + self.policy.grace_s <= start_s
+        ):
+            return 0.0
+        if live.job.checkpointable:
+            return self.config.restart_overhead_s + CHECKPOINT_SAVE_S
+        return max(start_s, now_s) - run.started_at
+
+    def _place_booking(self, booking: Booking, now_s: float) -> Booking | None:
+        calendar = self.calendar
+        needed = len(booking.gpu_ids)
+        best: tuple | None = None
+        for node, gpu_ids in calendar.nodes.items():
+            free = calendar.free_on_node(gpu_ids, booking.start_s, booking.end_s)
+            if len(free) < needed:
+                continue
+            costs = sorted(
+                (self._clearing_cost_s(gpu_id, booking.start_s, now_s), position, gpu_id)
+                for position, gpu_id in enumerate(free)
+            )[:needed]
+            key = (sum(cost for cost, _, _ in costs), len(free), node)
+            if best is None or key < best[0]:
+                best = (key, tuple(sorted(gpu_id for _, _, gpu_id in costs)))
+        if best is None:
+            # Earlier bookings took other GPUs than the workload planned: no node has room
+            # at this start any more. The user's job is queued at the slot's start instead.
+            self.refused_bookings.add(booking.id)
+            job = self.jobs[booking.job_id]
+            job.booking_id = None
+            self.team_charges[booking.team] -= needed * (booking.end_s - booking.start_s)
+            self._push(max(booking.start_s, now_s), _EventKind.SUBMIT, job.id)
+            return None
+        calendar.add(best[1], booking.start_s, booking.end_s)
+        placed = replace(booking, gpu_ids=best[1])
+        self.booking_by_id[booking.id] = placed
+        return placed
 
     def _prune_reservations(self, now_s: float) -> None:
         ends = self.reservation_ends
