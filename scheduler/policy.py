@@ -74,6 +74,12 @@ class Policy:
     # is hours; one hour keeps unknown jobs off GPUs booked soon without locking them out).
     default_estimate_s: float = HOUR_S
 
+    # Priority preemption (scheduler.priority_preemption): an urgent or high job that
+    # cannot start may stop running backfill runs of a lower class, checkpointable ones
+    # first, each only after it has run this long (shorter runs mostly pay restart cost).
+    priority_preemption: bool = True
+    min_runtime_before_preemption_s: float = 15 * 60.0
+
     # Longest a backfill run of a team with a quota may hold before it checkpoints and is
     # requeued (at least twice its estimate), so one run cannot book a team's whole month.
     quota_lease_s: float = DAY_S

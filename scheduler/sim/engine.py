@@ -37,6 +37,7 @@ from scheduler.sim.calendar import Calendar
 from scheduler.snapshot import (
     Gpu,
     Id,
+    Priority,
     QueuedJob,
     Reservation,
     ReservationStatus,
@@ -82,6 +83,7 @@ class SimJob:
     first_start_s: float | None = None
     completed_s: float | None = None
     estimate_s: float | None = None
+    priority: Priority = Priority.MEDIUM
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +384,7 @@ class Simulation:
             estimated_duration_s=estimate_s,
             checkpointable=job.checkpointable,
             times_preempted=job.times_preempted,
+            priority=job.priority,
         )
 
     # ----- planning
@@ -537,6 +540,8 @@ class Simulation:
             reservation_id=action.reservation_id,
             must_end_by=action.must_end_by,
             estimated_end=action.estimated_end,
+            priority=job.priority,
+            checkpointable=job.checkpointable,
         )
         live = _LiveRun(run, job, overhead_s, natural_end_s, natural_end_s, "completed")
         self.runs[run_id] = live
