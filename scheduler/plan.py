@@ -159,6 +159,7 @@ def plan_detailed(
         now_s=now_s,
         policy=policy,
         to_instant=to_instant,
+        wakeups=wakeups,
     )
     if preemption_stops:
         # Their kill is due a grace period from now if they have not left by then.

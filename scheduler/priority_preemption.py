@@ -18,6 +18,7 @@ Rule (after backfill has placed what it could, when `Policy.priority_preemption`
 4. **How many**: never more than needed: victims are taken checkpointable first, then the
    least work lost, then run id, until the job fits; a victim whose GPUs are not needed
    after all (a later, larger victim covered them) is dropped again.
+   If a run is too young to preempt, plan wakes up when it no longer is.
 5. Each victim gets `Stop(reason=PRIORITY_PREEMPTION, grace)`; the job starts on a later
    plan once the GPUs are free (it ranks first among what is queued). The GPUs a job
    claimed here (idle, stopping, stopped) are not counted again for the next job, and a
@@ -78,6 +79,7 @@ def plan_priority_preemption(
     now_s: float,
     policy: Policy,
     to_instant: Callable[[float], Instant],
+    wakeups: list[float],
 ) -> list[Stop]:
     if not policy.priority_preemption or not queued_jobs:
         return []
@@ -183,6 +185,17 @@ def plan_priority_preemption(
                 gpu_ids = free + [gpu_id for run in chosen for gpu_id in run.gpu_ids]
                 best = (key, gpu_ids[: job.gpus_needed], chosen)
         if best is None:
+            # A run that is only too young to preempt becomes a victim by time alone.
+            for node_runs in runs_on_node.values():
+                for run in node_runs:
+                    eligible_s = to_seconds(run.started_at) + min_runtime_s
+                    if (
+                        eligible_s > now_s
+                        and run.kind == RunKind.BACKFILL
+                        and run.reservation_id is None
+                        and CLASS_RANK[run.priority] > rank
+                    ):
+                        wakeups.append(eligible_s)
             continue
         _, gpu_ids, chosen = best
         claimed.update(gpu_ids)

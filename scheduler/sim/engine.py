@@ -33,6 +33,7 @@ from scheduler.fair_share import decayed_gpu_seconds
 from scheduler.index import IndexCache
 from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
+from scheduler.priority_preemption import PREEMPTING_CLASSES
 from scheduler.sim.calendar import Calendar
 from scheduler.snapshot import (
     Gpu,
@@ -234,7 +235,11 @@ class Simulation:
                 _, kind, _, payload = heapq.heappop(self.events)
                 if kind != _EventKind.WAKEUP:
                     self.pending_real_events -= 1
-                only_submissions &= kind == _EventKind.SUBMIT
+                # An urgent or high submission may preempt even on a full cluster.
+                only_submissions &= kind == _EventKind.SUBMIT and (
+                    self.jobs[payload].priority not in PREEMPTING_CLASSES
+                    or not self.policy.priority_preemption
+                )
                 self._handle(now_s, _EventKind(kind), payload)
             self._prune_reservations(now_s)
             if only_submissions and len(self.gpu_holder) == len(self.gpus):
