@@ -68,8 +68,9 @@ class Policy:
     # estimates err (Philly: a user's next run is often several times the last two), so it
     # goes into a gap before a reservation only if the gap holds this multiple of its
     # estimate: a conservative quantile of the runtime instead of the mean. GPUs with no
-    # reservation ahead take it whatever its estimate. 1.0 = trust the estimate.
-    non_checkpointable_gap_factor: float = 1.0
+    # reservation ahead take it whatever its estimate. 1.0 = trust the estimate; 3.0 cut
+    # the work lost on philly by a quarter for 4 % more mean wait (BENCHMARKS.md, #15).
+    non_checkpointable_gap_factor: float = 3.0
     # Estimate used when a job has none and the estimator had no history (Philly mean-ish
     # is hours; one hour keeps unknown jobs off GPUs booked soon without locking them out).
     default_estimate_s: float = HOUR_S
