@@ -6,7 +6,15 @@ and `scheduler.sim` for the trace-replay simulator (which the core never imports
 """
 
 from scheduler.actions import Action, Kill, Reason, Release, Start, Stop
-from scheduler.estimate import PastRun, estimate_duration_s, estimate_from_recent, size_class
+from scheduler.estimate import (
+    PastRun,
+    RuntimeEstimate,
+    RuntimeSource,
+    estimate_duration_s,
+    estimate_from_recent,
+    predict_runtime,
+    size_class,
+)
 from scheduler.plan import PlanResult, plan, plan_detailed
 from scheduler.policy import DEFAULT_POLICY, Policy, QueueOrder
 from scheduler.snapshot import (
@@ -47,6 +55,8 @@ __all__ = [
     "ReservationStatus",
     "Run",
     "RunKind",
+    "RuntimeEstimate",
+    "RuntimeSource",
     "Snapshot",
     "Start",
     "Stop",
@@ -56,5 +66,6 @@ __all__ = [
     "estimate_from_recent",
     "plan",
     "plan_detailed",
+    "predict_runtime",
     "size_class",
 ]
