@@ -110,8 +110,74 @@ def main() -> int:
     return 0
 
 
+QUEUE_SAMPLE_EVERY = 5
+QUEUE_MAX_PLANS = 200
+
+
+def queue_estimate_error() -> dict:
+    from benchmarks.eval_matrix import GPUS_PER_NODE, WINDOWS, cluster_size, offered_gpus
+    from scheduler.queue_estimates import estimate_starts
+    from scheduler.sim.engine import Simulation, SimulationConfig
+    from scheduler.sim.policies import policy_for
+    from scheduler.sim.replay import fresh_jobs, team_quotas
+    from scheduler.sim.workload import build_workload, make_gpus
+
+    setup = WINDOWS[0]
+    trace = read_trace(TRACES_DIR / setup.file, setup.window)
+    offered = offered_gpus(trace, setup.window)
+    gpus_total = cluster_size(offered, 0.95)
+    gpus = make_gpus(gpus_total, GPUS_PER_NODE)
+    workload = build_workload(trace, gpus=gpus, gpus_per_node=GPUS_PER_NODE,
+                              reservation_share=0.2, slot_s=1800.0, grace_s=60.0, seed=1)
+    policy = policy_for("gpubook")
+    booked = {booking.job_id for booking in workload.bookings}
+    sampled = {job.id for job in workload.jobs if job.id not in booked}
+    sampled = set(sorted(sampled)[::QUEUE_SAMPLE_EVERY])
+    estimated: dict[int, float | None] = {}
+
+    def observe(now_s: float, snapshot) -> None:
+        new = [job.id for job in snapshot.queued_jobs
+               if job.id in sampled and job.id not in estimated]
+        if not new:
+            return
+        estimates = estimate_starts(snapshot, now_s, policy, max_plans=QUEUE_MAX_PLANS)
+        for job_id in new:
+            estimated[job_id] = estimates[job_id].estimated_start
+
+    config = SimulationConfig(
+        gpus=gpus, policy=policy, restart_overhead_s=60.0,
+        team_quota_gpu_s=team_quotas(workload, policy, offered / gpus_total),
+        run_aware_booking=True, observer=observe,
+    )
+    result = Simulation(config, fresh_jobs(workload, without_bookings=False),
+                        workload.bookings).run()
+    errors, waited_errors, no_estimate = [], [], 0
+    for job_id, start_s in estimated.items():
+        job = result.jobs[job_id]
+        if start_s is None or job.first_start_s is None:
+            no_estimate += 1
+            continue
+        error = abs(start_s - job.first_start_s)
+        errors.append(error)
+        if job.first_start_s > job.submit_s + 1:
+            waited_errors.append(error)
+    return {
+        "gpus": gpus_total, "sampled": len(estimated), "no_estimate": no_estimate,
+        "median_abs_error_s": percentile(errors, 0.5), "p90_abs_error_s": percentile(errors, 0.9),
+        "waited": len(waited_errors),
+        "waited_median_abs_error_s": percentile(waited_errors, 0.5),
+        "waited_p90_abs_error_s": percentile(waited_errors, 0.9),
+    }
+
+
 def print_queue() -> None:
-    pass
+    result = queue_estimate_error()
+    print(f"\nqueue estimates, philly window on {result['gpus']} GPUs, 20 % booked, gpubook: "
+          f"{result['sampled']} sampled jobs ({result['no_estimate']} without an estimate "
+          f"within {QUEUE_MAX_PLANS} plans): median abs error "
+          f"{result['median_abs_error_s']:,.0f} s, p90 {result['p90_abs_error_s']:,.0f} s; "
+          f"the {result['waited']} that waited: median {result['waited_median_abs_error_s']:,.0f}"
+          f" s, p90 {result['waited_p90_abs_error_s']:,.0f} s")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
@@ -162,6 +162,9 @@ class SimulationConfig:
     # or can checkpoint, before work that cannot), fullest node first (keeps whole nodes
     # free), instead of using the GPUs the workload chose blind to the runs.
     run_aware_booking: bool = False
+    # Called with (now, snapshot) before the first plan of each instant that plans, e.g. to
+    # measure queue estimates against what then happens. It must not change anything.
+    observer: Callable[[float, Snapshot], None] | None = None
 
 
 class Simulation:
@@ -437,6 +440,8 @@ class Simulation:
 
     def _plan_at(self, now_s: float) -> None:
         next_wakeup = None
+        if self.config.observer is not None:
+            self.config.observer(now_s, self.snapshot(now_s))
         for _ in range(MAX_PLANS_PER_INSTANT):
             result = plan_detailed(
                 self.snapshot(now_s), now_s, self.policy, cache=self.index_cache
