@@ -80,6 +80,8 @@ class Policy:
     # first, each only after it has run this long (shorter runs mostly pay restart cost).
     priority_preemption: bool = True
     min_runtime_before_preemption_s: float = 15 * 60.0
+    # At most this many waiting urgent/high jobs are considered for preemption per plan.
+    max_preempting_jobs_per_plan: int = 8
 
     # Longest a backfill run of a team with a quota may hold before it checkpoints and is
     # requeued (at least twice its estimate), so one run cannot book a team's whole month.

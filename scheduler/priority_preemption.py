@@ -98,6 +98,8 @@ def plan_priority_preemption(
     )
     if not contenders:
         return []
+    # Bounded work per plan (as backfill's max_jobs_examined): the best-ranked few only.
+    contenders = contenders[: policy.max_preempting_jobs_per_plan]
 
     gpu_by_id = topology.gpu_by_id
     runs_on_node: dict[Id, list[Run]] = {}
@@ -109,6 +111,13 @@ def plan_priority_preemption(
         nodes = {gpu_by_id[gpu_id].node for gpu_id in run.gpu_ids if gpu_id in gpu_by_id}
         if len(nodes) == 1:
             runs_on_node.setdefault(nodes.pop(), []).append(run)
+    strongest = ranks[contenders[0].id]
+    if not any(
+        CLASS_RANK[run.priority] > strongest
+        for node_runs in runs_on_node.values() for run in node_runs
+        if run.kind == RunKind.BACKFILL and run.reservation_id is None
+    ):
+        return []  # nobody of a lower class runs: nothing to preempt (the common case)
     held = set(occupied) | set(index.in_progress_on_gpu)
     active = topology.active_gpu_ids
     claimed: set[Id] = set()
@@ -116,75 +125,72 @@ def plan_priority_preemption(
     stops: list[Stop] = []
     min_runtime_s = policy.min_runtime_before_preemption_s
     grace_s = policy.grace_s
+    next_start = index.next_start_on_gpu
+
+    # Per node, once: the GPUs that are or will soon be free ((next reservation, id)) and
+    # the runs that may be stopped at all, cheapest loss first.
+    def soon_free(gpu_id: Id) -> bool:
+        slot = index.in_progress_on_gpu.get(gpu_id)
+        return gpu_id in active and (slot is None or slot.end_s <= now_s + grace_s)
+
+    free_on_node: dict[Id, list[tuple[float, Id]]] = {}
+    victims_on_node: dict[Id, list[tuple[tuple, Run]]] = {}
+    # At most this many GPUs could ever be had on the node (free now or soon, or a victim's).
+    capacity_on_node: dict[Id, int] = {}
+    for node, gpus in topology.node_gpus.items():
+        free_on_node[node] = [
+            (next_start.get(gpu.id, INFINITY), gpu.id) for gpu in gpus
+            if soon_free(gpu.id) and (gpu.id not in held or gpu.id in stopping_gpus)
+        ]
+        victims = []
+        for run in runs_on_node.get(node, ()):
+            ran_s = now_s - to_seconds(run.started_at)
+            if (
+                run.kind == RunKind.BACKFILL
+                and run.reservation_id is None
+                and ran_s >= min_runtime_s
+                and all(soon_free(gpu_id) for gpu_id in run.gpu_ids)
+            ):
+                loss = len(run.gpu_ids) * ran_s
+                victims.append(((not run.checkpointable, loss, run.id), run))
+        victims.sort(key=lambda entry: entry[0])
+        if victims or free_on_node[node]:
+            victims_on_node[node] = victims
+            capacity_on_node[node] = len(free_on_node[node]) + sum(
+                len(run.gpu_ids) for _, run in victims
+            )
+    if not any(victims_on_node.values()):
+        return []
+    # (rank, GPUs needed, needed-until) of jobs that found no room: a job no better placed
+    # (same class or lower, as many GPUs or more, needing the GPUs as long or longer) will
+    # not find any either, since claims only grow.
+    failed: list[tuple[int, int, float]] = []
 
     for job in contenders:
         rank = ranks[job.id]
+        needed = job.gpus_needed
         estimate_s = job.estimated_duration_s or policy.default_estimate_s
         if not job.checkpointable:
             estimate_s *= policy.non_checkpointable_gap_factor
         # The job starts once the stopped runs are gone, a grace period from now.
         needed_until_s = now_s + grace_s + estimate_s + grace_s
-
-        def usable(gpu_id: Id, needed_until_s: float = needed_until_s) -> bool:
-            slot = index.in_progress_on_gpu.get(gpu_id)
-            return (
-                gpu_id in active
-                and gpu_id not in claimed
-                and (slot is None or slot.end_s <= now_s + grace_s)
-                and index.next_start_on_gpu.get(gpu_id, INFINITY) >= needed_until_s
+        if any(
+            rank >= fail_rank and needed >= fail_needed and needed_until_s >= fail_until
+            for fail_rank, fail_needed, fail_until in failed
+        ):
+            best = None
+        else:
+            best = _best_node(
+                needed=needed, rank=rank, needed_until_s=needed_until_s,
+                nodes={
+                    node: free_on_node[node] for node, capacity in capacity_on_node.items()
+                    if capacity >= needed
+                },
+                victims_on_node=victims_on_node, claimed=claimed, victims_taken=victims_taken,
+                next_start=next_start,
             )
-
-        best: tuple[tuple, list[Id], list[Run]] | None = None
-        for node, gpus in topology.node_gpus.items():
-            free = [
-                gpu.id for gpu in gpus
-                if usable(gpu.id) and (gpu.id not in held or gpu.id in stopping_gpus)
-            ]
-            if len(free) >= job.gpus_needed:
-                # Room without stopping anything (a stop already requested covers it).
-                best = ((-1, 0.0, 0, node), free[: job.gpus_needed], [])
-                break
-            candidates = [
-                run for run in runs_on_node.get(node, ())
-                if run.kind == RunKind.BACKFILL
-                and run.reservation_id is None
-                and run.id not in victims_taken
-                and CLASS_RANK[run.priority] > rank
-                and now_s - to_seconds(run.started_at) >= min_runtime_s
-                and all(usable(gpu_id) for gpu_id in run.gpu_ids)
-            ]
-            candidates.sort(key=lambda run: (
-                not run.checkpointable,
-                len(run.gpu_ids) * (now_s - to_seconds(run.started_at)),
-                run.id,
-            ))
-            chosen: list[Run] = []
-            have = len(free)
-            for run in candidates:
-                if have >= job.gpus_needed:
-                    break
-                chosen.append(run)
-                have += len(run.gpu_ids)
-            if have < job.gpus_needed:
-                continue
-            # Never more than needed: drop victims (last taken first) the rest covers.
-            for run in list(reversed(chosen)):
-                if have - len(run.gpu_ids) >= job.gpus_needed:
-                    chosen.remove(run)
-                    have -= len(run.gpu_ids)
-            key = (
-                sum(1 for run in chosen if not run.checkpointable),
-                sum(
-                    len(run.gpu_ids) * (now_s - to_seconds(run.started_at))
-                    for run in chosen if not run.checkpointable
-                ),
-                sum(len(run.gpu_ids) for run in chosen),
-                node,
-            )
-            if best is None or key < best[0]:
-                gpu_ids = free + [gpu_id for run in chosen for gpu_id in run.gpu_ids]
-                best = (key, gpu_ids[: job.gpus_needed], chosen)
         if best is None:
+            failed.append((rank, needed, needed_until_s))
             # A run that is only too young to preempt becomes a victim by time alone.
             for node_runs in runs_on_node.values():
                 for run in node_runs:
@@ -212,3 +218,63 @@ def plan_priority_preemption(
             )
     stops.sort(key=lambda stop: stop.run_id)
     return stops
+
+
+def _best_node(
+    *,
+    needed: int,
+    rank: int,
+    needed_until_s: float,
+    nodes: dict[Id, list[tuple[float, Id]]],
+    victims_on_node: dict[Id, list[tuple[tuple, Run]]],
+    claimed: set[Id],
+    victims_taken: set[Id],
+    next_start: dict[Id, float],
+) -> tuple[tuple, list[Id], list[Run]] | None:
+    """The node that makes room for the job at least loss, its GPUs and its victims."""
+    best: tuple[tuple, list[Id], list[Run]] | None = None
+    for node, free_gpus in nodes.items():
+        free = [
+            gpu_id for horizon_s, gpu_id in free_gpus
+            if horizon_s >= needed_until_s and gpu_id not in claimed
+        ]
+        if len(free) >= needed:
+            # Room without stopping anything (a stop already requested covers it).
+            return ((-1, 0.0, 0, node), free[:needed], [])
+        victims = victims_on_node[node]
+        if not victims:
+            continue
+        chosen: list[Run] = []
+        have = len(free)
+        for _, run in victims:
+            if have >= needed:
+                break
+            if (
+                run.id in victims_taken
+                or CLASS_RANK[run.priority] <= rank
+                or any(
+                    gpu_id in claimed or next_start.get(gpu_id, INFINITY) < needed_until_s
+                    for gpu_id in run.gpu_ids
+                )
+            ):
+                continue
+            chosen.append(run)
+            have += len(run.gpu_ids)
+        if have < needed:
+            continue
+        # Never more than needed: drop victims (last taken first) the rest covers.
+        for run in list(reversed(chosen)):
+            if have - len(run.gpu_ids) >= needed:
+                chosen.remove(run)
+                have -= len(run.gpu_ids)
+        losses = {run.id: key for key, run in victims}
+        key = (
+            sum(1 for run in chosen if not run.checkpointable),
+            sum(losses[run.id][1] for run in chosen if not run.checkpointable),
+            sum(len(run.gpu_ids) for run in chosen),
+            node,
+        )
+        if best is None or key < best[0]:
+            gpu_ids = free + [gpu_id for run in chosen for gpu_id in run.gpu_ids]
+            best = (key, gpu_ids[:needed], chosen)
+    return best
