@@ -51,6 +51,8 @@ from scheduler.snapshot import (
 
 # How long a checkpointable run needs to save after SIGTERM (capped by its grace).
 CHECKPOINT_SAVE_S = 30.0
+# How far the run-aware booking service moves a booking to find room (as the workload's).
+MAX_BOOKING_SHIFT_S = 7 * 86400.0
 # Floating-point slack for comparisons of simulated times.
 EPSILON_S = 1e-6
 # Re-plans at one instant after actions that free GPUs; a bound against a plan bug looping.
@@ -162,6 +164,8 @@ class SimulationConfig:
     # or can checkpoint, before work that cannot), fullest node first (keeps whole nodes
     # free), instead of using the GPUs the workload chose blind to the runs.
     run_aware_booking: bool = False
+    # With run_aware_booking: the step to the next slot when a booking's slot is full.
+    booking_shift_s: float = 1800.0
     # Called with (now, snapshot) before the first plan of each instant that plans, e.g. to
     # measure queue estimates against what then happens. It must not change anything.
     observer: Callable[[float, Snapshot], None] | None = None
@@ -178,6 +182,7 @@ class Simulation:
         self.jobs: dict[int, SimJob] = {job.id: job for job in jobs}
         self.bookings = sorted(bookings, key=lambda booking: (booking.booked_at_s, booking.id))
         self.booking_by_id = {booking.id: booking for booking in self.bookings}
+        self._booking_position = {booking.id: n for n, booking in enumerate(self.bookings)}
         self.events: list[tuple[float, int, int, int]] = []
         self.sequence = 0
         self.queue: dict[int, QueuedJob] = {}
@@ -273,6 +278,7 @@ class Simulation:
             if (
                 booking_id in self.result.released
                 or booking_id in self.refused_bookings
+                or start_s != booking.start_s  # moved to a later slot when it was made
                 or start_s < now_s - EPSILON_S
             ):
                 continue
@@ -338,33 +344,50 @@ class Simulation:
         return max(start_s, now_s) - run.started_at
 
     def _place_booking(self, booking: Booking, now_s: float) -> Booking | None:
+        """Place the booking at its slot or, if earlier bookings took the room there, at the
+        first later slot with room (as the workload's booking service does, up to
+        `MAX_BOOKING_SHIFT_S`); None if there is none (the job is queued instead)."""
+        length_s = booking.end_s - booking.start_s
+        start_s = booking.start_s
+        while start_s <= booking.start_s + MAX_BOOKING_SHIFT_S:
+            gpu_ids = self._cheapest_gpus(len(booking.gpu_ids), start_s, start_s + length_s, now_s)
+            if gpu_ids is not None:
+                break
+            start_s += self.config.booking_shift_s
+        else:
+            self.refused_bookings.add(booking.id)
+            job = self.jobs[booking.job_id]
+            job.booking_id = None
+            self.team_charges[booking.team] -= len(booking.gpu_ids) * length_s
+            self._push(max(booking.start_s, now_s), _EventKind.SUBMIT, job.id)
+            return None
+        self.calendar.add(gpu_ids, start_s, start_s + length_s)
+        placed = replace(booking, gpu_ids=gpu_ids, start_s=start_s, end_s=start_s + length_s)
+        self.booking_by_id[booking.id] = placed
+        self.bookings[self._booking_position[booking.id]] = placed
+        if start_s != booking.start_s:
+            # The user's job exists from the booked start on.
+            self.jobs[booking.job_id].submit_s = start_s
+            heapq.heappush(self.booking_starts, (start_s, booking.id))
+        return placed
+
+    def _cheapest_gpus(
+        self, needed: int, start_s: float, end_s: float, now_s: float
+    ) -> tuple[Id, ...] | None:
         calendar = self.calendar
-        needed = len(booking.gpu_ids)
         best: tuple | None = None
         for node, gpu_ids in calendar.nodes.items():
-            free = calendar.free_on_node(gpu_ids, booking.start_s, booking.end_s)
+            free = calendar.free_on_node(gpu_ids, start_s, end_s)
             if len(free) < needed:
                 continue
             costs = sorted(
-                (self._clearing_cost_s(gpu_id, booking.start_s, now_s), position, gpu_id)
+                (self._clearing_cost_s(gpu_id, start_s, now_s), position, gpu_id)
                 for position, gpu_id in enumerate(free)
             )[:needed]
             key = (sum(cost for cost, _, _ in costs), len(free), node)
             if best is None or key < best[0]:
                 best = (key, tuple(sorted(gpu_id for _, _, gpu_id in costs)))
-        if best is None:
-            # Earlier bookings took other GPUs than the workload planned: no node has room
-            # at this start any more. The user's job is queued at the slot's start instead.
-            self.refused_bookings.add(booking.id)
-            job = self.jobs[booking.job_id]
-            job.booking_id = None
-            self.team_charges[booking.team] -= needed * (booking.end_s - booking.start_s)
-            self._push(max(booking.start_s, now_s), _EventKind.SUBMIT, job.id)
-            return None
-        calendar.add(best[1], booking.start_s, booking.end_s)
-        placed = replace(booking, gpu_ids=best[1])
-        self.booking_by_id[booking.id] = placed
-        return placed
+        return None if best is None else best[1]
 
     def _prune_reservations(self, now_s: float) -> None:
         ends = self.reservation_ends

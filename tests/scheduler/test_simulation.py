@@ -77,9 +77,11 @@ def test_random_workloads_keep_every_invariant(
     )
     assert all(job.completed_s is not None for job in result.jobs.values())
     if policy_name != "fifo":
-        for booking in workload.bookings:
+        # As finally booked: the run-aware booking service may move a booking to a later
+        # slot when it is made, or (no room within a week) queue its job instead.
+        for booking in result.bookings:
             if run_aware and result.jobs[booking.job_id].booking_id is None:
-                continue  # refused when made: earlier bookings took its room; queued instead
+                continue
             assert result.reserved_start_s[booking.id] == booking.start_s
     # Same workload, same result: the whole action log is reproducible.
     _, again = _simulate(
