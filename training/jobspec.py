@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from scheduler import Priority
 from training.runner.spec import EXTRA_ARGS
 
 TOP_LEVEL = {
@@ -32,7 +33,7 @@ TOP_LEVEL = {
 }
 YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra"}
 RESOURCE_KEYS = {"gpu", "memory", "cpu"}
-PRIORITIES = ("low", "medium", "high", "urgent")
+PRIORITIES = tuple(priority.value for priority in Priority)  # defined once, in the scheduling core
 BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
 DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
@@ -69,6 +70,24 @@ class JobSpec:
     cpu: str | None = None
     timeout_s: int | None = None
     estimated_duration_s: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The normalized spec (defaults filled in), JSON-safe: stored on the job at submit and
+        the only thing launch reads, so no default is restated anywhere else."""
+        data = dataclasses.asdict(self)
+        data["command"] = list(self.command)
+        if self.yolo is not None:
+            data["yolo"]["extra"] = dict(self.yolo.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in data.items() if key in fields}
+        yolo = values.get("yolo")
+        values["yolo"] = YoloTask(**yolo) if yolo else None
+        values["command"] = tuple(values.get("command") or ())
+        return cls(**values)
 
 
 def load_document(text: str) -> Any:

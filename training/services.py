@@ -14,6 +14,7 @@ from gpus.models import Gpu
 from reservations.models import Membership, Reservation, Team
 from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
+from training.run_state import run_request_stop
 
 
 def data_roots_for(team: Team) -> list[str]:
@@ -78,6 +79,7 @@ def job_submit(
         _check_attachable(reservation=reservation, team=team, gpus=spec.gpus, now=now)
     return TrainingJob.objects.create(
         team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),
+        parsed_spec=spec.as_dict(),
         argv=list(spec.command), gpus_needed=spec.gpus, priority=spec.priority, timeout_s=spec.timeout_s,
         estimated_duration_s=spec.estimated_duration_s, checkpointable=spec.checkpointable,
         reservation=reservation, epochs_total=spec.yolo.epochs if spec.yolo else None, submitted_at=now,
@@ -110,9 +112,8 @@ def job_cancel(*, job_id: int, actor: AbstractBaseUser, now: dt.datetime) -> Tra
         if not changed:
             raise Conflict("already_finished", "This job has already finished.")
         grace = dt.timedelta(seconds=settings.GPUBOOK_STOP_GRACE_SECONDS)
-        Run.objects.filter(job_id=job.pk, state__in=(Run.State.STARTING, Run.State.RUNNING)).update(
-            state=Run.State.STOPPING, stop_requested_at=now, kill_at=now + grace, reason=reason
-        )
+        for run_id in Run.objects.filter(job_id=job.pk, state__in=Run.LIVE).values_list("pk", flat=True):
+            run_request_stop(run_id=run_id, now=now, kill_at=now + grace, reason=reason)
     job.refresh_from_db()
     return job
 
