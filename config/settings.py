@@ -255,8 +255,9 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", Fals
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 # Behind a TLS-terminating proxy: "X-Forwarded-Proto: https" (only if the proxy always sets it).
 SECURE_PROXY_SSL_HEADER = env_header_pair("SECURE_PROXY_SSL_HEADER")
-# The health probe path answers plain HTTP inside the cluster/compose network.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# Plain HTTP stays allowed inside the cluster/compose network for the health probe and for
+# training runs reporting to GPUBOOK_BASE_URL (token-authenticated, never a browser).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^api/v1/runs/\d+/report/$"]
 # Django wants at least 50 characters with 5 distinct ones (check --deploy, W009). The app
 # image sets 50; scripts and tests that run with DEBUG=false and a short key leave it at 0.
 SECRET_KEY_MIN_LENGTH = env_int("SECRET_KEY_MIN_LENGTH", 0, minimum=0)
