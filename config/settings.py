@@ -217,3 +217,11 @@ LOGGING = {
     # A refused booking (409) is business as usual, not a warning; 5xx are still logged.
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+
+# --- security and input hardening (docs/security.md) --------------------------------------
+GPUBOOK_MAX_JSON_DEPTH = env_int("GPUBOOK_MAX_JSON_DEPTH", 32, minimum=2)
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
+    "config.parsers.BoundedJSONParser",
+    "rest_framework.parsers.FormParser",
+    "rest_framework.parsers.MultiPartParser",
+]

@@ -14,6 +14,7 @@ from gpus.models import Gpu
 from reservations.models import Membership, Reservation, Team
 from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
+from training.safe_yaml import clip_message
 
 
 def data_roots_for(team: Team) -> list[str]:
@@ -47,7 +48,7 @@ def job_spec_from_text(*, text: str) -> Any:
     try:
         return load_document(text)
     except JobSpecError as error:
-        raise DomainError("invalid_spec", str(error)) from error
+        raise DomainError("invalid_spec", clip_message(str(error))) from error
 
 
 def job_submit(
@@ -66,9 +67,12 @@ def job_submit(
             document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=_largest_node_gpu_count()
         )
     except JobSpecError as error:
+        # Problems may quote what was sent: each quote is clipped so an answer stays small.
+        problems = [(clip_message(str(field), total=120), clip_message(problem)) for field, problem in error.problems]
         raise DomainError(
-            "invalid_spec", f"The job spec has {len(error.problems)} problem(s): {error}",
-            problems=[{"field": field, "problem": problem} for field, problem in error.problems],
+            "invalid_spec",
+            f"The job spec has {len(problems)} problem(s): " + "; ".join(f"{f}: {p}" for f, p in problems[:20]),
+            problems=[{"field": field, "problem": problem} for field, problem in problems[:100]],
         ) from error
     reservation = None
     if reservation_id is not None:
