@@ -225,3 +225,9 @@ REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
     "rest_framework.parsers.FormParser",
     "rest_framework.parsers.MultiPartParser",
 ]
+MIDDLEWARE.insert(1, "config.security_headers.ContentSecurityPolicyMiddleware")
+GPUBOOK_CSP_REPORT_URI = env_str("GPUBOOK_CSP_REPORT_URI", "")  # optional violation reports
+# Swagger UI from the vendored sidecar, its script served separately (no inline script).
+INSTALLED_APPS.append("drf_spectacular_sidecar")
+SPECTACULAR_SETTINGS.update({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+                             "REDOC_DIST": "SIDECAR"})

@@ -150,7 +150,10 @@ def run_report_record(*, run_id: int, token: str, body: Mapping[str, Any], now: 
     another run's token, or a finished run's, is refused."""
     run = Run.objects.select_related("job").filter(pk=run_id).first()
     if run is None or not run.report_token_hash or not hmac.compare_digest(run.report_token_hash, hash_token(token)):
-        raise NotPermitted("invalid_run_token", "This token does not belong to this run.")
+        # The same answer as a run that does not exist: a token guess learns nothing.
+        raise NotFound("not_found", "Not found.")
+    if run.ended_at is not None:
+        raise Conflict("run_ended", "This run has ended; its report token no longer writes.")
     event = body.get("event")
     if event not in PROGRESS_EVENTS:
         raise DomainError("invalid_report", f"Unknown event {event!r}.")
