@@ -231,3 +231,5 @@ GPUBOOK_CSP_REPORT_URI = env_str("GPUBOOK_CSP_REPORT_URI", "")  # optional viola
 INSTALLED_APPS.append("drf_spectacular_sidecar")
 SPECTACULAR_SETTINGS.update({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
                              "REDOC_DIST": "SIDECAR"})
+MIDDLEWARE.insert(2, "config.input_guards.RejectNulMiddleware")
+REST_FRAMEWORK["DEFAULT_PAGINATION_CLASS"] = "config.input_guards.BoundedLimitOffsetPagination"
