@@ -263,3 +263,18 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^api/v1/runs/\d+/report/$"]
 SECRET_KEY_MIN_LENGTH = env_int("SECRET_KEY_MIN_LENGTH", 0, minimum=0)
 if not DEBUG and len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH:
     raise ConfigError(f"SECRET_KEY has {len(SECRET_KEY)} characters; at least {SECRET_KEY_MIN_LENGTH} are required")
+# --- security and input hardening (docs/security.md) --------------------------------------
+GPUBOOK_MAX_JSON_DEPTH = env_int("GPUBOOK_MAX_JSON_DEPTH", 32, minimum=2)
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
+    "config.parsers.BoundedJSONParser",
+    "rest_framework.parsers.FormParser",
+    "rest_framework.parsers.MultiPartParser",
+]
+MIDDLEWARE.insert(1, "config.security_headers.ContentSecurityPolicyMiddleware")
+GPUBOOK_CSP_REPORT_URI = env_str("GPUBOOK_CSP_REPORT_URI", "")  # optional violation reports
+# Swagger UI from the vendored sidecar, its script served separately (no inline script).
+INSTALLED_APPS.append("drf_spectacular_sidecar")
+SPECTACULAR_SETTINGS.update({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+                             "REDOC_DIST": "SIDECAR"})
+MIDDLEWARE.insert(2, "config.input_guards.RejectNulMiddleware")
+REST_FRAMEWORK["DEFAULT_PAGINATION_CLASS"] = "config.input_guards.BoundedLimitOffsetPagination"

@@ -137,7 +137,8 @@ def _validate_team_rules(
             raise DomainError("past_slot", "That slot has already begun or passed.")
         if team.min_notice_minutes and start < now + dt.timedelta(minutes=team.min_notice_minutes):
             raise DomainError("too_soon", f"{team.name} bookings need {team.min_notice_minutes} minutes' notice.")
-        if start > now + dt.timedelta(days=team.max_days_ahead):
+        # Compared as a duration (no date arithmetic), so any value the column holds is safe.
+        if start - now > dt.timedelta(days=min(team.max_days_ahead, dt.timedelta.max.days)):
             raise DomainError("too_far_ahead", f"{team.name} may book at most {team.max_days_ahead} days ahead.")
     if team.max_booking_hours and end - start > dt.timedelta(hours=team.max_booking_hours):
         raise DomainError("too_long", f"A {team.name} booking may last at most {team.max_booking_hours} hours.")

@@ -22,9 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from scheduler import Priority
+from training import safe_yaml
 from training.runner.spec import EXTRA_ARGS
 
 TOP_LEVEL = {
@@ -93,9 +92,9 @@ class JobSpec:
 def load_document(text: str) -> Any:
     """YAML (which includes JSON). A syntax error is a spec problem, not a crash."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise JobSpecError([("", f"not valid YAML/JSON: {error}")]) from error
+        return safe_yaml.load(text)
+    except safe_yaml.UnsafeYamlError as error:
+        raise JobSpecError([("", str(error))]) from error
 
 
 def _duration(value: Any, field: str, problems: list) -> int | None:
