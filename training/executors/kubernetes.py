@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import math
 import os
@@ -94,10 +95,20 @@ class KubernetesConfig:
     namespace_template: str = "gpubook-{team}"  # or one fixed namespace for every team
     instance: str = "default"  # label value separating two gpubook deployments on a cluster
     data_pvc: str | None = "gpubook-data"  # per namespace; mounted read-only
-    data_mount_path: str = "/data"
+    data_mount_path: str = "/data"  # where the data volume's root would be
+    # The parts of the data volume a team's pods see (read-only), each mounted at
+    # data_mount_path/<part>; "{team}" is the team's directory name (team_dir).
+    data_subpaths: tuple[str, ...] = ("{team}",)
     runs_pvc: str | None = "gpubook-runs"  # per namespace; checkpoints and outputs
+    # Where the runs volume's root would be. A pod mounts only its team's part of it
+    # (subPath team_dir(team)) at runs_mount_path/team_dir(team); a run's output_dir must
+    # lie there, so other teams' checkpoints, spec files and report tokens are unreachable.
     runs_mount_path: str = "/runs"
     shm_size_limit: str = "16Gi"  # /dev/shm; counts toward the pod's memory
+    tmp_size_limit: str = "8Gi"  # /tmp (HOME, YOLO_CONFIG_DIR); the pod is evicted past it
+    default_memory: str | None = "32Gi"  # request = limit when the job names none
+    # imagePullSecrets by team (team_dir) or "*" for every team: Secrets in the team's namespace.
+    image_pull_secrets: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     run_as_user: int = 1000
     run_as_group: int = 1000
     fs_group: int = 1000
@@ -140,6 +151,23 @@ def label_value(text: str) -> str:
     cleaned = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)[:56]
     cleaned = re.sub(r"[^A-Za-z0-9]+$", "", cleaned)
     return f"{cleaned}-{_short_hash(text)}" if cleaned else _short_hash(text)
+
+
+_SAFE_DIR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+
+
+def team_dir(team: str) -> str:
+    """The team's directory on the runs and data volumes: its slug when that is a safe path
+    component (slugs are), else a DNS label of it."""
+    return team if _SAFE_DIR.match(team) else dns_label(team)
+
+
+def pull_secrets_for(team: str, config: KubernetesConfig) -> tuple[str, ...]:
+    names = [*config.image_pull_secrets.get("*", ()), *config.image_pull_secrets.get(team_dir(team), ())]
+    for name in names:
+        if len(name) > 253 or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", name):
+            raise ValueError(f"bad imagePullSecret name {name!r}")
+    return tuple(dict.fromkeys(names))
 
 
 def namespace_for(team: str, config: KubernetesConfig) -> str:
@@ -198,6 +226,15 @@ def run_labels(spec: RunSpec, config: KubernetesConfig) -> dict[str, str]:
     return labels
 
 
+def _join(root: str, part: str) -> str:
+    return f"{root.rstrip('/')}/{part}" if part else root
+
+
+def _under(path: str, directory: str) -> bool:
+    normal = os.path.normpath(path)
+    return normal == directory or normal.startswith(directory.rstrip("/") + "/")
+
+
 def deadline_seconds(spec: RunSpec, now: datetime) -> int:
     """Seconds from `now` to `must_end_by`, rounded up; the Job's activeDeadlineSeconds."""
     if now.tzinfo is None:
@@ -225,23 +262,31 @@ def build_job_manifest(spec: RunSpec, config: KubernetesConfig, now: datetime) -
         resources.setdefault("limits", {})[config.gpu_resource_name] = str(spec.gpu_count)
     if spec.cpu:
         resources.setdefault("requests", {})["cpu"] = spec.cpu  # no CPU limit: no throttling
-    if spec.memory:
-        resources.setdefault("requests", {})["memory"] = spec.memory
-        resources.setdefault("limits", {})["memory"] = spec.memory
+    memory = spec.memory or config.default_memory
+    if memory:
+        resources.setdefault("requests", {})["memory"] = memory
+        resources.setdefault("limits", {})["memory"] = memory
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": config.shm_size_limit}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": config.tmp_size_limit}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108
         {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108
     ]
-    if config.data_pvc:
+    team_part = team_dir(spec.team)
+    if config.data_pvc and config.data_subpaths:
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": config.data_pvc, "readOnly": True}})
-        mounts.append({"name": "data", "mountPath": config.data_mount_path, "readOnly": True})
+        for part in dict.fromkeys(subpath.replace("{team}", team_part) for subpath in config.data_subpaths):
+            mounts.append(
+                {"name": "data", "mountPath": _join(config.data_mount_path, part), "subPath": part, "readOnly": True}
+            )
     if config.runs_pvc:
+        team_runs = _join(config.runs_mount_path, team_part)
+        if spec.output_dir and not _under(spec.output_dir, team_runs):
+            raise ValueError(f"{spec.name}: output_dir {spec.output_dir} is outside its team's runs part {team_runs}")
         volumes.append({"name": "runs", "persistentVolumeClaim": {"claimName": config.runs_pvc}})
-        mounts.append({"name": "runs", "mountPath": config.runs_mount_path})
+        mounts.append({"name": "runs", "mountPath": team_runs, "subPath": team_part})
 
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -282,6 +327,9 @@ def build_job_manifest(spec: RunSpec, config: KubernetesConfig, now: datetime) -
     }
     if config.service_account_name:
         pod_spec["serviceAccountName"] = config.service_account_name
+    pull_secrets = pull_secrets_for(spec.team, config)
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     if config.priority_class_name:
         pod_spec["priorityClassName"] = config.priority_class_name
     if config.dra and spec.gpu_count:
