@@ -17,7 +17,7 @@ def kubernetes_config_from_settings():
     data_root, data_subpaths = data_volume_layout(settings.GPUBOOK_DATA_ROOTS)
     return KubernetesConfig(
         image_allowlist=tuple(
-            registry + ref for image in TrainingImage.objects.filter(allowed=True) for ref in image.allowed_references
+            registry + image.pinned_reference for image in TrainingImage.objects.filter(allowed=True)
         ),
         namespace_template=settings.GPUBOOK_K8S_NAMESPACE_TEMPLATE,
         data_pvc=settings.GPUBOOK_K8S_DATA_PVC,
@@ -28,6 +28,7 @@ def kubernetes_config_from_settings():
         default_memory=settings.GPUBOOK_K8S_DEFAULT_MEMORY or None,
         tmp_size_limit=settings.GPUBOOK_K8S_TMP_SIZE_LIMIT,
         image_pull_secrets=parse_pull_secrets(settings.GPUBOOK_K8S_IMAGE_PULL_SECRETS),
+        stuck_patience_s=float(settings.GPUBOOK_K8S_STUCK_PATIENCE_SECONDS),
     )
 
 

@@ -391,7 +391,8 @@ def _claim_start(action: scheduler.Start, *, now: dt.datetime) -> Run | None:
                 must_end_by=action.must_end_by or now + dt.timedelta(seconds=job.timeout_s or UNBOUNDED_RUN_S),
                 estimated_end=action.estimated_end, preemptible=action.preemptible,
                 resumed_from=job.checkpoint_path,
-                output_dir=str(Path(settings.GPUBOOK_RUNS_DIR) / f"job-{job.pk}"),
+                # Under the team's own directory: a Kubernetes pod mounts only that part of the runs volume.
+                output_dir=str(Path(settings.GPUBOOK_RUNS_DIR) / job.team.slug / f"job-{job.pk}"),
             )
             run.save()
             return run
@@ -435,7 +436,7 @@ def run_spec_for(run: Run) -> RunSpec:
     job = run.job
     resources = job.spec.get("resources") or {}
     return RunSpec(
-        run_id=run.pk, image=settings.GPUBOOK_IMAGE_REGISTRY + job.image.reference, argv=tuple(runner_argv(run)),
+        run_id=run.pk, image=settings.GPUBOOK_IMAGE_REGISTRY + job.image.pinned_reference, argv=tuple(runner_argv(run)),
         node_name=run.node.name, gpu_indices=tuple(run.gpu_indices), team=job.team.slug, job_id=job.pk,
         reservation_id=run.reservation_id, must_end_by=run.must_end_by,
         grace_s=int(settings.GPUBOOK_STOP_GRACE_SECONDS), output_dir=run.output_dir, workdir=str(settings.BASE_DIR),

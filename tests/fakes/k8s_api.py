@@ -680,6 +680,7 @@ class _Container:
     log_path: Path
     termination_path: Path
     fallback_to_logs: bool
+    job: str = ""
     sigterm_at: float | None = None
     sigkill_at: float | None = None
 
@@ -797,6 +798,16 @@ class FakeKubelet:
             self.pods_created.append((time.time(), namespace, pod))
 
     def _run_pods(self, fake: FakeKubernetes) -> None:
+        for key, container in list(self._containers.items()):
+            if key not in fake.store.pods:  # force-deleted (grace 0): the object went first
+                if container.sigkill_at is None:
+                    container.sigkill_at = time.time()
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(container.process.pid, signal.SIGKILL)
+                code = container.process.poll()
+                if code is not None:
+                    pod = {"metadata": {"labels": {"batch.kubernetes.io/job-name": container.job}}}
+                    self._finish(fake, key, pod, container, code, deleting=True)
         for key, pod in list(fake.store.pods.items()):
             container = self._containers.get(key)
             deleting = bool(pod["metadata"].get("deletionTimestamp"))
@@ -886,6 +897,7 @@ class FakeKubelet:
         return _Container(
             process=process, log_path=log_path, termination_path=termination_path,
             fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+            job=pod["metadata"]["labels"].get("batch.kubernetes.io/job-name", ""),
         )
 
     def _signal(self, container: _Container, pod: dict) -> None:
@@ -929,6 +941,7 @@ class FakeKubelet:
             )
         )
         if deleting:  # the status is written, then the object goes (grace over)
-            fake._remove_pod(key)
+            if key in fake.store.pods:
+                fake._remove_pod(key)
         else:
             fake.terminate_pod(key[0], key[1], exit_code, reason=reason, message=message)

@@ -81,10 +81,17 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Fa-f-]{8,64}$")
-# Waiting reasons after which a pod will not start without someone changing something.
-STUCK_REASONS = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
-)
+# Why a pod will not start without someone changing something (a container's waiting
+# reason, or the scheduler's PodScheduled reason), and how to say so. Past the patience
+# (KubernetesConfig.stuck_patience_s) observe reports such a run as failed, in these words.
+STUCK_REASONS: Mapping[str, str] = {
+    "ErrImagePull": "image {image} could not be pulled: {message}",
+    "ImagePullBackOff": "image {image} could not be pulled: {message}",
+    "InvalidImageName": "image {image} is not a valid image name: {message}",
+    "CreateContainerConfigError": "the container could not be configured: {message}",
+    "CreateContainerError": "the container could not be created: {message}",
+    "Unschedulable": "no node can take the pod: {message}",
+}
 
 T = TypeVar("T")
 
@@ -123,6 +130,7 @@ class KubernetesConfig:
     dra_device_class: str = "gpu.nvidia.com"
     watch_namespaces: tuple[str, ...] = ()  # always observed, on top of observe(teams=...)
     all_namespaces: bool = False  # observe cluster-wide (needs a ClusterRole to list)
+    stuck_patience_s: float = 180.0  # see STUCK_REASONS
     request_timeout_s: float = 10.0
     retries: int = 2  # extra attempts after a timeout, connection error, 5xx or 429
     retry_backoff_s: float = 0.5  # doubled on each retry
@@ -483,10 +491,13 @@ class KubernetesExecutor:
         *,
         client_configuration: Any = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """`client_configuration`: a kubernetes.client.Configuration (the factory loads
-        kubeconfig or the in-cluster config); None loads one of those lazily."""
+        kubeconfig or the in-cluster config); None loads one of those lazily. `clock`: what
+        stuck pods' patience is measured with, against the cluster's creation timestamps."""
         self.config = config
+        self._clock = clock
         self._client_configuration = client_configuration
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -726,7 +737,7 @@ class KubernetesExecutor:
                 pods += self._call(
                     f"list pods in {namespace}", core.list_namespaced_pod, namespace, label_selector=label_selector
                 ).items
-        return observe_from(jobs, pods, self.kind)
+        return observe_from(jobs, pods, self.kind, now=self._clock(), stuck_patience_s=self.config.stuck_patience_s)
 
     def log_tail(self, handle: Handle, lines: int = 200) -> str:
         from kubernetes.client.exceptions import ApiException
@@ -767,8 +778,41 @@ def _run_id_of(obj: Any) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def observe_from(jobs: Iterable[Any], pods: Iterable[Any], kind: str = "kubernetes") -> list[ObservedRun]:
-    """Group Jobs and pods by run and interpret each run; pure, for tests and reconcile."""
+def stuck_reason(pods: list[Any], now: datetime, patience_s: float) -> str | None:
+    """The sentence saying why the run's pod has not started, once it has been stuck (image
+    pull, container config, Unschedulable) for `patience_s` since the pod was created; else None."""
+    pods = sorted(pods, key=_pod_sort_key)
+    pod = pods[-1] if pods else None
+    if pod is None or _attr(pod, "metadata", "deletion_timestamp") is not None:
+        return None
+    if _attr(pod, "status", "phase") not in (None, "Pending"):
+        return None
+    reason = message = None
+    waiting = _attr(_train_container_status(pod), "state", "waiting")
+    since = _attr(pod, "metadata", "creation_timestamp")
+    if waiting is not None and waiting.reason in STUCK_REASONS:
+        reason, message = waiting.reason, waiting.message
+    for condition in _attr(pod, "status", "conditions") or []:
+        scheduled = condition.type == "PodScheduled" and condition.status == "False"
+        if reason is None and scheduled and condition.reason in STUCK_REASONS:
+            reason, message = condition.reason, condition.message
+    if reason is None or since is None or (now - since).total_seconds() < patience_s:
+        return None
+    containers = _attr(pod, "spec", "containers") or []
+    image = next((c.image for c in containers if c.name == CONTAINER_NAME), "?")
+    return STUCK_REASONS[reason].format(image=image, message=(message or reason).strip())
+
+
+def observe_from(
+    jobs: Iterable[Any],
+    pods: Iterable[Any],
+    kind: str = "kubernetes",
+    *,
+    now: datetime | None = None,
+    stuck_patience_s: float | None = None,
+) -> list[ObservedRun]:
+    """Group Jobs and pods by run and interpret each run; pure, for tests and reconcile.
+    With `now` and `stuck_patience_s`, a run whose pod is stuck past the patience is FAILED."""
     by_run: dict[int, tuple[Any, list[Any], str]] = {}
     for job in jobs:
         run_id = _run_id_of(job)
@@ -783,6 +827,10 @@ def observe_from(jobs: Iterable[Any], pods: Iterable[Any], kind: str = "kubernet
     observed = []
     for run_id, (job, run_pods, namespace) in sorted(by_run.items()):
         state, exit_code, reason, detail = interpret(job, run_pods)
+        if state is RunState.RUNNING and now is not None and stuck_patience_s is not None:
+            stuck = stuck_reason(run_pods, now, stuck_patience_s)
+            if stuck is not None:
+                state, detail = RunState.FAILED, stuck
         uid = _attr(job, "metadata", "uid")
         handle = Handle(run_id=run_id, name=run_name(run_id), executor=kind, namespace=namespace, uid=uid)
         observed.append(

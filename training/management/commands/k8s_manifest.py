@@ -43,7 +43,7 @@ class Command(BaseCommand):
         if chosen is None:
             raise CommandError(f"no node with {count} GPUs")
         now = timezone.now()
-        output_dir = Path(settings.GPUBOOK_RUNS_DIR) / "job-PREVIEW"
+        output_dir = Path(settings.GPUBOOK_RUNS_DIR) / team.slug / "job-PREVIEW"
         argv = (
             list(spec.command) if spec.command
             else ["python", "-m", "training.runner", "--spec", str(output_dir / "spec-run-PREVIEW.json")]
