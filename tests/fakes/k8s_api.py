@@ -758,7 +758,8 @@ class FakeKubelet:
                 container.process.wait(timeout=5)
 
     def hold(self, job_name: str, reason: str, message: str = "") -> None:
-        """Pods of `job_name` stay Pending with this waiting reason (or Unschedulable)."""
+        """Pods of `job_name` ("*": of every Job) stay Pending with this waiting reason (or
+        Unschedulable) until `release`."""
         self._held[job_name] = (reason, message)
 
     def release(self, job_name: str) -> None:
@@ -828,7 +829,7 @@ class FakeKubelet:
 
     def _start_or_hold(self, fake: FakeKubernetes, key: tuple[str, str], pod: dict) -> None:
         job_name = pod["metadata"]["labels"].get("batch.kubernetes.io/job-name", "")
-        held = self._held.get(job_name)
+        held = self._held.get(job_name, self._held.get("*"))
         if held is not None:
             reason, message = held
             if reason == "Unschedulable":
