@@ -154,6 +154,14 @@ GPUBOOK_RUNNER_WORKERS = env_int("GPUBOOK_RUNNER_WORKERS", 1, minimum=0)
 GPUBOOK_K8S_NAMESPACE_TEMPLATE = env_str("GPUBOOK_K8S_NAMESPACE_TEMPLATE", "gpubook-{team}")
 GPUBOOK_K8S_DATA_PVC = env_str("GPUBOOK_K8S_DATA_PVC", "gpubook-data")
 GPUBOOK_K8S_RUNS_PVC = env_str("GPUBOOK_K8S_RUNS_PVC", "gpubook-runs")
+# Kubernetes pods, per team (training/executors/kubernetes.py): memory request = limit when a
+# job names none, the /tmp emptyDir's size limit, imagePullSecrets ("*=regcred;vision=a,b":
+# Secrets in the team's namespace, "*" for every team), and how long a pod may sit in an image
+# pull error, a config error or Unschedulable before its run fails and its slot is freed.
+GPUBOOK_K8S_DEFAULT_MEMORY = env_str("GPUBOOK_K8S_DEFAULT_MEMORY", "32Gi")
+GPUBOOK_K8S_TMP_SIZE_LIMIT = env_str("GPUBOOK_K8S_TMP_SIZE_LIMIT", "8Gi")
+GPUBOOK_K8S_IMAGE_PULL_SECRETS = env_str("GPUBOOK_K8S_IMAGE_PULL_SECRETS", "")
+GPUBOOK_K8S_STUCK_PATIENCE_SECONDS = env_int("GPUBOOK_K8S_STUCK_PATIENCE_SECONDS", 180, minimum=0)
 # The URL runners use to reach this app's run-report endpoint.
 GPUBOOK_BASE_URL = env_str("GPUBOOK_BASE_URL", "http://127.0.0.1:8000")
 

@@ -45,7 +45,8 @@ def new_run(
         gpu_ids=[gpu.pk for gpu in gpus], gpu_indices=[gpu.index for gpu in gpus], created_at=now,
         must_end_by=must_end_by or now + dt.timedelta(seconds=job.timeout_s or UNBOUNDED_RUN_S),
         estimated_end=estimated_end, preemptible=preemptible, resumed_from=job.checkpoint_path,
-        output_dir=str(Path(settings.GPUBOOK_RUNS_DIR) / f"job-{job.pk}"),
+        # Under the team's own directory: a Kubernetes pod mounts only that part of the runs volume.
+        output_dir=str(Path(settings.GPUBOOK_RUNS_DIR) / job.team.slug / f"job-{job.pk}"),
     )
 
 
@@ -112,7 +113,7 @@ def run_spec_for(run: Run) -> RunSpec:
     job = run.job
     spec = job_spec_of(job)
     return RunSpec(
-        run_id=run.pk, image=settings.GPUBOOK_IMAGE_REGISTRY + job.image.reference, argv=tuple(runner_argv(run)),
+        run_id=run.pk, image=settings.GPUBOOK_IMAGE_REGISTRY + job.image.pinned_reference, argv=tuple(runner_argv(run)),
         node_name=run.node.name, gpu_indices=tuple(run.gpu_indices), team=job.team.slug, job_id=job.pk,
         reservation_id=run.reservation_id, must_end_by=run.must_end_by,
         grace_s=int(settings.GPUBOOK_STOP_GRACE_SECONDS), output_dir=run.output_dir, workdir=str(settings.BASE_DIR),
