@@ -133,7 +133,7 @@ def test_free_book_list_cancel(gpubook, people, inventory, future_day):
 
 @pytest.mark.django_db(transaction=True)
 def test_submit_jobs_queue(gpubook, people, inventory, future_day, tmp_path):
-    TrainingImage.objects.create(name="yolo", tag="v8n-cu118")
+    TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
     login(gpubook, "alice")
     data = Path(settings.GPUBOOK_DATA_ROOTS[0].replace("{team}", "vision")) / "shapes" / "data.yaml"
     job_file = tmp_path / "job.yaml"
@@ -156,13 +156,20 @@ def test_submit_jobs_queue(gpubook, people, inventory, future_day, tmp_path):
     assert "image: 'evil:latest' is not an allowed image" in refused.stderr  # one line per problem
     assert TrainingJob.objects.count() == 2
 
+    seed = tmp_path / "seed.yaml"  # the Ultralytics command-line form teams bring along
+    seed.write_text('task_name: pcb\nimage: yolo:v8n-cu118\nuser: vision\n'
+                    'command: "yolo train data=pcb_defect.yaml model=yolov8n.yaml epochs=5 imgsz=64"\n')
+    from_seed = json_of(gpubook("submit", str(seed), "--json"))
+    assert from_seed["spec"]["yolo"]["data"] == str(data.parent.parent / "pcb_defect.yaml")
+    assert from_seed["epochs_total"] == 5
+
     listed = json_of(gpubook("jobs", "--json"))
-    assert sorted(j["id"] for j in listed) == sorted([queued["id"], attached_id(listed, booking["id"])])
+    assert sorted(j["id"] for j in listed) == sorted([queued["id"], from_seed["id"], attached_id(listed, booking["id"])])
     in_queue = {j["id"]: j for j in json_of(gpubook("queue", "--json"))}
     assert in_queue.keys() == {j["id"] for j in listed}
     # The job waiting for a booking starts with it; the backfill queue has no estimate in the API.
     assert in_queue[attached_id(listed, booking["id"])]["estimated_start"] == booking["start"]
-    assert in_queue[queued["id"]]["estimated_start"] is None
+    assert in_queue[queued["id"]]["estimated_start"] is None and in_queue[from_seed["id"]]["estimated_start"] is None
 
 
 def attached_id(jobs: list[dict], booking_id: int) -> int:
