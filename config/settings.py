@@ -217,3 +217,21 @@ LOGGING = {
     # A refused booking (409) is business as usual, not a warning; 5xx are still logged.
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+
+# --- API docs and schema (issue 16) ---------------------------------------------------------
+# Swagger UI and ReDoc come from drf-spectacular-sidecar's static files, so /api/docs/ and
+# /api/redoc/ work on a machine without internet. config/openapi.py makes the schema exact.
+INSTALLED_APPS += ["drf_spectacular_sidecar"]
+SPECTACULAR_SETTINGS.update({
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,  # request and response shapes differ (read-only, required fields)
+    "ENUM_NAME_OVERRIDES": {
+        "ReservationStatusEnum": "reservations.models.Reservation.Status",
+        "JobStateEnum": "training.models.TrainingJob.State",
+        "RunStateEnum": "training.models.Run.State",
+        "EventTypeEnum": "notifications.models.EventType",
+    },
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.postprocess"],
+})
