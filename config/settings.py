@@ -286,3 +286,14 @@ SPECTACULAR_SETTINGS.update({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_H
                              "REDOC_DIST": "SIDECAR"})
 MIDDLEWARE.insert(2, "config.input_guards.RejectNulMiddleware")
 REST_FRAMEWORK["DEFAULT_PAGINATION_CLASS"] = "config.input_guards.BoundedLimitOffsetPagination"
+# --- API docs and schema (issue 16): config/openapi.py makes the schema exact. ----------------
+SPECTACULAR_SETTINGS.update({
+    "COMPONENT_SPLIT_REQUEST": True,  # request and response shapes differ (read-only, required fields)
+    "ENUM_NAME_OVERRIDES": {
+        "ReservationStatusEnum": "reservations.models.Reservation.Status",
+        "JobStateEnum": "training.models.TrainingJob.State",
+        "RunStateEnum": "training.models.Run.State",
+        "EventTypeEnum": "notifications.models.EventType",
+    },
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.postprocess"],
+})

@@ -17,9 +17,11 @@ whole file in one go.
 """
 
 import dataclasses
+import json
 import os
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler import Priority
@@ -178,7 +180,8 @@ def parse_job_spec(
         problems.append(("command", "give exactly one of `command` (an argv list) or `yolo`"))
     elif command is not None:
         if isinstance(command, str):
-            problems.append(("command", "must be a list of arguments, never a shell string (no shell runs it)"))
+            problems.append(("command", "must be a list of arguments, never a shell string (no shell runs it): "
+                                        f"write command: {argv_form(command)}, or `yolo train key=value …`"))
         elif not isinstance(command, list) or not command or not all(isinstance(arg, str) for arg in command):
             problems.append(("command", "expected a non-empty list of strings"))
         else:
@@ -233,3 +236,109 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         elif not check(value):
             problems.append((f"yolo.extra.{key}", f"{value!r} is not a valid value"))
     return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra))
+
+
+# --- seed-style job files -------------------------------------------------------------------
+# Teams arrive with files written for the Ultralytics command line:
+#     command: "yolo train data=pcb_defect.yaml model=yolov8s.pt epochs=100 imgsz=640"
+#     user: team-a
+# They are rewritten here into the strict shape above and then validated by parse_job_spec
+# like any other spec, so both forms obey exactly the same rules.
+
+YOLO_TRAIN_PREFIX = ("yolo", "train")
+
+
+def _cli_value(text: str) -> Any:
+    """A value from `key=value` read as Ultralytics' own command line reads it: numbers,
+    booleans and none become typed; everything else stays a string."""
+    lowered = text.lower()
+    if lowered in {"true", "false"}:
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _yolo_from_command(argv: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    yolo: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    for token in argv[len(YOLO_TRAIN_PREFIX):]:
+        key, equals, text = token.partition("=")
+        if not equals or not key:
+            problems.append(("command", f"{token!r}: expected key=value after `yolo train`"))
+            continue
+        target = yolo if key in YOLO_KEYS - {"extra"} else extra
+        if key in target or key == "extra":
+            problems.append(("command", f"{key!r} is given twice" if key != "extra" else "'extra' is not an argument"))
+            continue
+        # Paths stay strings even when they look like numbers.
+        target[key] = text if key in {"model", "data"} else _cli_value(text)
+    if extra:
+        yolo["extra"] = extra
+    return yolo, problems
+
+
+def _resolve_relative(path: Any, root: str | None) -> Any:
+    if not isinstance(path, str) or not path or os.path.isabs(path) or root is None:
+        return path
+    return os.path.normpath(os.path.join(root, path))  # a '..' escape is then refused by _under_roots
+
+
+def normalize_seed_style(
+    document: Any, *, is_team: Callable[[str], bool], data_root_of: Callable[[str], str | None]
+) -> Any:
+    """Rewrite the seed-style fields of a spec into the strict form; anything else unchanged.
+
+    - `command: "yolo train k=v …"` (split like a shell would, but no shell runs) becomes `yolo:`;
+      model/data/epochs/imgsz/batch are its fields, every other key goes to `extra`, where the
+      allowlist then judges it.
+    - `user: <slug>` names the team when it is a team and no `team:` is given.
+    - a relative `yolo.data` (and a relative `.pt` weights file, since weights also come from the
+      mounted data volume) resolves under the team's data root.
+    Problems it cannot rewrite (an unbalanced quote, a token that is not key=value) raise
+    JobSpecError naming `command`."""
+    if not isinstance(document, Mapping):
+        return document
+    spec = dict(document)
+    user = spec.get("user")
+    if isinstance(user, str) and is_team(user) and spec.get("team") in (None, user):
+        spec.pop("user")
+        spec["team"] = user
+    command = spec.get("command")
+    if isinstance(command, str) and "yolo" not in spec:
+        try:
+            argv = shlex.split(command)
+        except ValueError as error:
+            raise JobSpecError([("command", f"cannot split {command!r}: {error}")]) from None
+        if tuple(argv[: len(YOLO_TRAIN_PREFIX)]) == YOLO_TRAIN_PREFIX:
+            yolo, problems = _yolo_from_command(argv)
+            if problems:
+                raise JobSpecError(problems)
+            spec.pop("command")
+            spec["yolo"] = yolo
+    yolo = spec.get("yolo")
+    team = spec.get("team")
+    if isinstance(yolo, Mapping) and isinstance(team, str) and team:
+        root = data_root_of(team)
+        yolo = dict(yolo)
+        yolo["data"] = _resolve_relative(yolo.get("data"), root)
+        model = yolo.get("model")
+        if isinstance(model, str) and model.endswith(".pt"):
+            yolo["model"] = _resolve_relative(model, root)
+        spec["yolo"] = yolo
+    return spec
+
+
+def argv_form(command: str) -> str:
+    """How a command string is written as an argv list, for the refusal message."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = command.split()
+    return json.dumps(argv)

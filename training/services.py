@@ -12,6 +12,7 @@ from django.db import transaction
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from gpus.models import Gpu
 from reservations.models import Membership, Reservation, Team
+from training import seed_style
 from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
 from training.run_state import run_request_stop
@@ -56,6 +57,7 @@ def job_submit(
     *, user: AbstractBaseUser, document: Any, now: dt.datetime, reservation_id: int | None = None
 ) -> TrainingJob:
     """Validate a job spec and queue it, or attach it to one of the team's reservations."""
+    document = seed_style.normalize_submitted(document)
     team_slug = document.get("team") if isinstance(document, Mapping) else None
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
