@@ -34,6 +34,7 @@ from reservations import selectors as reservation_selectors
 from reservations import services as reservation_services
 from reservations.models import Reservation, Team
 from reservations.timegrid import month_start, next_month_start
+from training.advice import yolo_for_run
 from training.executors.base import (
     Executor,
     ExecutorError,
@@ -398,13 +399,14 @@ def _claim_start(action: scheduler.Start, *, now: dt.datetime) -> Run | None:
 def runner_spec(run: Run, token: str) -> dict:
     """The runner's spec for a YOLO job's run (training/runner/spec.py)."""
     yolo = run.job.spec["yolo"]
+    resolved = yolo_for_run(run)  # the image's defaults, the batch for these GPUs (issue #17)
     return {
-        "run_id": str(run.pk), "model": yolo["model"], "data": yolo["data"], "epochs": yolo.get("epochs", 10),
-        "imgsz": yolo.get("imgsz", 640), "batch": yolo.get("batch", 16),
+        "run_id": str(run.pk), "model": yolo["model"], "data": yolo["data"], "epochs": resolved.epochs,
+        "imgsz": resolved.imgsz, "batch": resolved.batch, "export": list(resolved.export),
         "device": list(range(len(run.gpu_indices))) if settings.GPUBOOK_RUNNER_DEVICE == "cuda" else "cpu",
         "workers": settings.GPUBOOK_RUNNER_WORKERS, "output_dir": run.output_dir,
         "resume_from": run.resumed_from or None, "must_end_by": run.must_end_by.isoformat(),
-        "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": yolo.get("extra") or {},
+        "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": dict(resolved.extra),
         "report_url": f"{settings.GPUBOOK_BASE_URL}/api/v1/runs/{run.pk}/report/", "report_token": token,
     }
 
