@@ -12,8 +12,8 @@ from config.errors import DomainError, NotPermitted
 from reservations.api import path_id
 from training import advice, selectors, services
 from training.execution import executor_from_settings
-from training.executors.base import Handle, run_name
 from training.models import Run
+from training.run_state import run_handle
 from training.serializers import (
     AttachSerializer,
     JobSerializer,
@@ -94,9 +94,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True)
     def log(self, request, pk=None):
         run = self.get_object()
-        executor = executor_from_settings()
-        handle = Handle(run_id=run.pk, name=run_name(run.pk), executor=executor.kind)
-        return Response({"run": run.pk, "log": executor.log_tail(handle, lines=200)})
+        handle = run_handle(run)
+        log = executor_from_settings().log_tail(handle, lines=200) if handle is not None else ""
+        return Response({"run": run.pk, "log": log})
 
 
 class RunReportView(APIView):

@@ -135,6 +135,9 @@ class Run(models.Model):
     output_dir = models.CharField(max_length=500, blank=True)
     progress = models.JSONField(default=dict, blank=True, help_text="Latest progress event.")
     report_token_hash = models.CharField(max_length=64, blank=True)
+    # What the executor's start() returned (Handle.as_dict()), stored as it gave it: stop,
+    # kill, cleanup and the log tail use it (a Kubernetes handle carries its namespace).
+    handle = models.JSONField(default=dict, blank=True, help_text="The executor's handle, as start() returned it.")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -39,13 +39,12 @@ from training.executors.base import (
     Executor,
     ExecutorError,
     ExecutorUnavailable,
-    Handle,
     ObservedRun,
     RunSpec,
     RunState,
-    run_name,
 )
 from training.models import Run, TrainingJob
+from training.run_state import run_handle, run_handle_record
 from training.runner.termination import read_termination
 
 logger = logging.getLogger(__name__)
@@ -223,6 +222,8 @@ def record_observations(*, executor: Executor, now: dt.datetime, report: TickRep
     observed = {item.run_id: item for item in executor.observe(teams=_team_slugs())}
     for run in Run.objects.filter(state__in=Run.LIVE):
         seen = observed.get(run.pk)
+        if seen is not None and not run.handle:  # started, but the tick that started it crashed first
+            run_handle_record(run=run, handle=seen.handle)
         if seen is None:
             if run.state != Run.State.STARTING:  # it was running and is gone without a trace
                 _end_run(run, state=Run.State.FAILED, reason="the run vanished from the executor",
@@ -235,7 +236,7 @@ def record_observations(*, executor: Executor, now: dt.datetime, report: TickRep
             if _end_run(run, state=state, reason=reason, exit_code=seen.exit_code, now=now, termination=termination):
                 report.ended.append(run.pk)
                 with contextlib.suppress(ExecutorError):
-                    executor.cleanup(seen.handle)
+                    executor.cleanup(run_handle(run))
         elif run.state == Run.State.STARTING:  # started, but the tick that started it did not record it
             Run.objects.filter(pk=run.pk, state=Run.State.STARTING).update(
                 state=Run.State.RUNNING, started_at=run.started_at or now
@@ -247,9 +248,12 @@ def repair(*, executor: Executor, now: dt.datetime, report: TickReport) -> None:
     for run in Run.objects.filter(state=Run.State.STARTING).select_related("job__image", "job__team", "node"):
         _launch(run, executor=executor, now=now, report=report)
     for run in Run.objects.filter(state=Run.State.STOPPING):
+        handle = run_handle(run)
+        if handle is None:  # never started: nothing to stop
+            continue
         remaining = int(max(0, (run.kill_at - now).total_seconds())) if run.kill_at else 0
         with contextlib.suppress(ExecutorError):
-            executor.stop(_handle(run, executor), remaining)  # a repeated SIGTERM is harmless
+            executor.stop(handle, remaining)  # a repeated SIGTERM is harmless
 
 
 # --- 4. snapshot --------------------------------------------------------------------------------
@@ -339,10 +343,6 @@ def _team_accounts(*, now: dt.datetime, policy: scheduler.Policy) -> tuple[sched
 
 
 # --- 5. apply -----------------------------------------------------------------------------------
-def _handle(run: Run, executor: Executor) -> Handle:
-    return Handle(run_id=run.pk, name=run_name(run.pk), executor=executor.kind)
-
-
 def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.datetime, report: TickReport) -> None:
     if isinstance(action, scheduler.Start):
         run = _claim_start(action, now=now)
@@ -354,7 +354,9 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
         )
         if claimed:
             run = Run.objects.get(pk=action.run_id)
-            executor.stop(_handle(run, executor), int(action.grace_s))
+            handle = run_handle(run)
+            if handle is not None:  # else it never started; repair stops it once its handle is known
+                executor.stop(handle, int(action.grace_s))
             report.stopped.append(run.pk)
     elif isinstance(action, scheduler.Kill):
         run = Run.objects.filter(pk=action.run_id, state__in=Run.LIVE).first()
@@ -362,7 +364,9 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
             Run.objects.filter(pk=run.pk).update(
                 kill_at=run.kill_at or now, reason=run.reason or action.reason.sentence
             )
-            executor.kill(_handle(run, executor))
+            handle = run_handle(run)
+            if handle is not None:
+                executor.kill(handle)
             report.killed.append(run.pk)
     elif isinstance(action, scheduler.Release):
         reservation_services.reservation_release(
@@ -450,13 +454,14 @@ def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickRepor
     Run.objects.filter(pk=run.pk).update(report_token_hash=run.report_token_hash)
     try:
         _write_runner_spec(run, token)
-        executor.start(run_spec_for(run), now=now)
+        handle = executor.start(run_spec_for(run), now=now)
     except ExecutorUnavailable as error:
         report.errors.append(f"run {run.pk}: {error}")  # stays STARTING; the next tick retries
         return
     except (ExecutorError, ValueError, OSError) as error:
         _end_run(run, state=Run.State.FAILED, reason=f"could not start: {error}", exit_code=None, now=now)
         return
+    run_handle_record(run=run, handle=handle)
     if Run.objects.filter(pk=run.pk, state=Run.State.STARTING).update(state=Run.State.RUNNING, started_at=now):
         _notify_run(run, EventType.RUN_STARTED, now=now)
     report.started.append(run.pk)

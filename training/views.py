@@ -18,8 +18,8 @@ from reservations.models import Reservation
 from reservations.selectors import reservations_visible_to
 from training import advice, selectors, services
 from training.execution import executor_from_settings
-from training.executors.base import Handle, run_name
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
+from training.run_state import run_handle
 
 LOSS_KEYS = ("box_loss", "cls_loss", "dfl_loss", "val_box_loss", "val_cls_loss", "val_dfl_loss")
 QUALITY_KEYS = ("mAP50", "mAP50-95", "precision", "recall")
@@ -142,9 +142,9 @@ def _run_context(request: HttpRequest, run_id: int) -> dict:
     )
     # The curves span the whole job: a resumed run continues its predecessor's epochs.
     metrics = list(RunMetric.objects.filter(run__job_id=run.job_id).order_by("run_id", "id"))
-    executor = executor_from_settings()
+    handle = run_handle(run)
     try:
-        log = executor.log_tail(Handle(run_id=run.pk, name=run_name(run.pk), executor=executor.kind), lines=60)
+        log = executor_from_settings().log_tail(handle, lines=60) if handle is not None else ""
     except Exception:
         log = ""
     return {"nav": "jobs", "run": run, "job": run.job, "live": run.state in Run.LIVE, "log": log,
