@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 import scheduler
 from gpus.models import Gpu
 from notifications.models import EventType
+from training.advice import yolo_for_run
 from training.executors.base import Executor, ExecutorError, ExecutorUnavailable, RunSpec
 from training.jobspec import JobSpec
 from training.models import Run, TrainingJob
@@ -79,13 +80,14 @@ def runner_spec_path(run: Run) -> Path:
 def runner_spec(run: Run, token: str) -> dict:
     """The runner's spec for a YOLO job's run (training/runner/spec.py)."""
     yolo = job_spec_of(run.job).yolo
+    resolved = yolo_for_run(run)  # the image's defaults, the batch for these GPUs (issue #17)
     return {
-        "run_id": str(run.pk), "model": yolo.model, "data": yolo.data, "epochs": yolo.epochs,
-        "imgsz": yolo.imgsz, "batch": yolo.batch,
+        "run_id": str(run.pk), "model": yolo.model, "data": yolo.data, "epochs": resolved.epochs,
+        "imgsz": resolved.imgsz, "batch": resolved.batch, "export": list(resolved.export),
         "device": list(range(len(run.gpu_indices))) if settings.GPUBOOK_RUNNER_DEVICE == "cuda" else "cpu",
         "workers": settings.GPUBOOK_RUNNER_WORKERS, "output_dir": run.output_dir,
         "resume_from": run.resumed_from or None, "must_end_by": run.must_end_by.isoformat(),
-        "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": dict(yolo.extra),
+        "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": dict(resolved.extra),
         "report_url": f"{settings.GPUBOOK_BASE_URL}/api/v1/runs/{run.pk}/report/", "report_token": token,
     }
 

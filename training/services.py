@@ -83,12 +83,25 @@ def job_submit(
         if reservation is None:
             raise NotFound("not_found", f"No reservation #{reservation_id}.")
         _check_attachable(reservation=reservation, team=team, gpus=spec.gpus, now=now)
+    epochs_total = None
+    if spec.yolo is not None:
+        from training import advice  # the image's defaults and the TensorRT rule (issue #17)
+
+        if "engine" in spec.yolo.export:
+            refusal = advice.engine_refusal(reservation=reservation)
+            if refusal:
+                raise DomainError(
+                    "engine_needs_nvidia", refusal, problems=[{"field": "yolo.export", "problem": refusal}]
+                )
+        epochs_total = advice.yolo_advice(
+            yolo=document["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
+        )[0].epochs
     return TrainingJob.objects.create(
         team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),
         parsed_spec=spec.as_dict(),
         argv=list(spec.command), gpus_needed=spec.gpus, priority=spec.priority, timeout_s=spec.timeout_s,
         estimated_duration_s=spec.estimated_duration_s, checkpointable=spec.checkpointable,
-        reservation=reservation, epochs_total=spec.yolo.epochs if spec.yolo else None, submitted_at=now,
+        reservation=reservation, epochs_total=epochs_total, submitted_at=now,
     )
 
 
