@@ -72,7 +72,7 @@ def _simulate(
 def test_random_workloads_keep_every_invariant(
     trace, policy_name, nodes, share, seed, run_aware
 ):
-    workload, result = _simulate(
+    _, result = _simulate(
         trace, policy_name=policy_name, nodes=nodes, share=share, seed=seed, run_aware=run_aware
     )
     assert all(job.completed_s is not None for job in result.jobs.values())
