@@ -194,3 +194,50 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} of run #{self.run_id}"
+
+
+# --- the model registry (issue #17; services in training/registry.py) -------------------------
+
+
+class RegisteredModel(models.Model):
+    """A named model of a team ("vision/pcb-defect"); its versions are promoted runs."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="registered_models")
+    name = models.SlugField(max_length=100, help_text="Lower-case letters, digits and dashes, e.g. pcb-defect.")
+    description = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["team__slug", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="registeredmodel_unique_team_name")]
+
+    def __str__(self) -> str:
+        return self.full_name
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.team.slug}/{self.name}"
+
+
+class ModelVersion(models.Model):
+    """One promoted run's best weights, frozen with the metrics, data and spec that made them."""
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="model_versions")
+    metrics = models.JSONField(default=dict, help_text="The run's final validation metrics.")
+    data = models.CharField(max_length=500, help_text="The data YAML it was trained on.")
+    spec = models.JSONField(default=dict, help_text="The job spec as submitted.")
+    weights_sha256 = models.CharField(max_length=64)
+    note = models.CharField(max_length=500, blank=True)
+    promoted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    promoted_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["model", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "version"], name="modelversion_unique_model_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.full_name} v{self.version}"

@@ -186,4 +186,11 @@ def models_page(request: HttpRequest) -> HttpResponse:
     rows = [{"run": run, "values": [finals.get(run.pk, {}).get(key) for key in QUALITY_KEYS],
              "weights": next((a for a in run.artifacts.all() if a.name == "best.pt"), None),
              "onnx": next((a for a in run.artifacts.all() if a.name.endswith(".onnx")), None)} for run in runs]
-    return render(request, "training/models.html", {"nav": "models", "rows": rows, "columns": QUALITY_KEYS})
+    from training import registry
+
+    registered = []
+    for model in registry.models_visible_to(user=request.user):
+        latest = model.versions.order_by("-version").first()
+        registered.append({"model": model, "latest": latest, "map": latest.metrics.get("mAP50-95") if latest else None})
+    return render(request, "training/models.html", {"nav": "models", "rows": rows, "columns": QUALITY_KEYS,
+                                                     "registered": registered})
