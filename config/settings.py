@@ -217,3 +217,12 @@ LOGGING = {
     # A refused booking (409) is business as usual, not a warning; 5xx are still logged.
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+
+# --- run logs and their archive (issue #17, training/logs.py) ----------------------------------
+# Log lines, GPU telemetry and notices older than this many days move into gzip archives on
+# the archive storage (`manage.py archive_logs`); 0 keeps everything in the database.
+GPUBOOK_LOG_RETENTION_DAYS = env_int("GPUBOOK_LOG_RETENTION_DAYS", 90, minimum=0)
+# A Django storage class for full logs and archives (e.g. storages.backends.s3.S3Storage from
+# django-storages, configured by its own AWS_* settings); empty: files under GPUBOOK_ARCHIVE_DIR.
+GPUBOOK_ARCHIVE_STORAGE = env_str("GPUBOOK_ARCHIVE_STORAGE", "")
+GPUBOOK_ARCHIVE_DIR = Path(env_str("GPUBOOK_ARCHIVE_DIR", str(VAR_DIR / "archive")))

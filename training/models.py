@@ -241,3 +241,59 @@ class ModelVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.full_name} v{self.version}"
+
+
+# --- run logs and the archive (issue #17; services in training/logs.py) -----------------------
+
+
+class RunLog(models.Model):
+    """A run's full log, kept at its end: gzip on the archive storage, lines in RunLogLine."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="full_log")
+    storage_name = models.CharField(max_length=300, help_text="The .log.gz on the archive storage.")
+    size_bytes = models.BigIntegerField(help_text="Uncompressed.")
+    compressed_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64, help_text="Of the uncompressed text.")
+    line_count = models.PositiveIntegerField()
+    collected_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"log of run #{self.run_id}"
+
+
+class RunLogLine(models.Model):
+    """One line of a run's log, for keyword search across a team's runs."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    number = models.PositiveIntegerField(help_text="1-based line number.")
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="runlogline_unique_run_number")]
+
+    def __str__(self) -> str:
+        return f"run #{self.run_id} line {self.number}"
+
+
+class LogArchive(models.Model):
+    """One compressed archive of rows moved out of the database by the retention sweep."""
+
+    class Kind(models.TextChoices):
+        RUN_LOG = "run_log", "A run's log lines"
+        TELEMETRY = "telemetry", "GPU telemetry samples"
+        NOTICES = "notices", "Notices and their deliveries"
+
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="archives")
+    storage_name = models.CharField(max_length=300, unique=True)
+    row_count = models.PositiveIntegerField()
+    older_than = models.DateTimeField(help_text="Everything archived was older than this.")
+    archived_at = models.DateTimeField()
+    restored_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-archived_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.storage_name
