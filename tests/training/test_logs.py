@@ -130,3 +130,33 @@ def test_the_command_collects_archives_and_restores(make_run, storage, capsys):
     assert "archived 4 run_log row(s)" in capsys.readouterr().out
     call_command("archive_logs", "--restore", archive.storage_name)
     assert RunLogLine.objects.filter(run=run).count() == 4
+
+
+def test_loki_configs_label_by_the_executors_pod_labels():
+    """deploy/loki maps the Kubernetes executor's own pod labels (gpubook/run, …) to Loki labels."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from training.executors import kubernetes as k8s
+
+    def meta(label: str) -> str:  # how Prometheus-style discovery spells a pod label
+        return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+    root = Path(__file__).resolve().parents[2] / "deploy" / "loki"
+    promtail = yaml.safe_load((root / "promtail.yaml").read_text())
+    rules = promtail["scrape_configs"][0]["relabel_configs"]
+    mapped = {rule["source_labels"][0]: rule["target_label"] for rule in rules
+              if rule.get("target_label") and len(rule.get("source_labels", [])) == 1}
+    expected = {k8s.LABEL_RUN: "run", k8s.LABEL_JOB: "job", k8s.LABEL_TEAM: "team",
+                k8s.LABEL_RESERVATION: "reservation", k8s.LABEL_INSTANCE: "instance"}
+    for label, loki_label in expected.items():
+        assert mapped[meta(label)] == loki_label
+    keep = next(rule for rule in rules if rule.get("action") == "keep")
+    assert keep["source_labels"] == [meta(k8s.LABEL_MANAGED_BY)] and keep["regex"] == k8s.MANAGED_BY
+    alloy = (root / "alloy.river").read_text()
+    assert f'label = "{k8s.LABEL_MANAGED_BY}={k8s.MANAGED_BY}"' in alloy
+    for label, loki_label in expected.items():
+        assert f'source_labels = ["{meta(label)}"]\n    target_label  = "{loki_label}"' in alloy
+    assert f'regex         = "{k8s.CONTAINER_NAME}"' in alloy
