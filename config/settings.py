@@ -206,6 +206,7 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "training.tasks.reconcile_tick", "schedule": float(GPUBOOK_TICK_SECONDS)},
     "telemetry": {"task": "gpus.telemetry.tick", "schedule": 60.0},
     "notifications": {"task": "notifications.run_once", "schedule": 10.0},
+    "run-logs": {"task": "training.tasks.collect_run_logs", "schedule": 60.0},  # issue #17
 }
 CELERY_IMPORTS = ["gpus.telemetry.tasks"]
 
