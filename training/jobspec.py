@@ -20,13 +20,15 @@ whole file in one go.
 """
 
 import dataclasses
+import json
 import os
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import yaml
-
+from scheduler import Priority
+from training import safe_yaml
 from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS
 
 TOP_LEVEL = {
@@ -36,7 +38,7 @@ TOP_LEVEL = {
 YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export", "allow_gpu_count_change"}
 DEFAULT_EXPORT = ("onnx",)
 RESOURCE_KEYS = {"gpu", "memory", "cpu"}
-PRIORITIES = ("low", "medium", "high", "urgent")
+PRIORITIES = tuple(priority.value for priority in Priority)  # defined once, in the scheduling core
 BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
 DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
@@ -58,6 +60,7 @@ class YoloTask:
     batch: int | None  # None: from the image's table for the GPU it gets (resolve_yolo)
     extra: Mapping[str, Any]
     export: tuple[str, ...] = DEFAULT_EXPORT
+    allow_gpu_count_change: bool = False  # resume a checkpoint trained on another number of GPUs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +78,31 @@ class JobSpec:
     timeout_s: int | None = None
     estimated_duration_s: int | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The normalized spec (defaults filled in), JSON-safe: stored on the job at submit and
+        the only thing launch reads, so no default is restated anywhere else."""
+        data = dataclasses.asdict(self)
+        data["command"] = list(self.command)
+        if self.yolo is not None:
+            data["yolo"]["extra"] = dict(self.yolo.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in data.items() if key in fields}
+        yolo = values.get("yolo")
+        values["yolo"] = YoloTask(**yolo) if yolo else None
+        values["command"] = tuple(values.get("command") or ())
+        return cls(**values)
+
 
 def load_document(text: str) -> Any:
     """YAML (which includes JSON). A syntax error is a spec problem, not a crash."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise JobSpecError([("", f"not valid YAML/JSON: {error}")]) from error
+        return safe_yaml.load(text)
+    except safe_yaml.UnsafeYamlError as error:
+        raise JobSpecError([("", str(error))]) from error
 
 
 def _duration(value: Any, field: str, problems: list) -> int | None:
@@ -165,7 +186,8 @@ def parse_job_spec(
         problems.append(("command", "give exactly one of `command` (an argv list) or `yolo`"))
     elif command is not None:
         if isinstance(command, str):
-            problems.append(("command", "must be a list of arguments, never a shell string (no shell runs it)"))
+            problems.append(("command", "must be a list of arguments, never a shell string (no shell runs it): "
+                                        f"write command: {argv_form(command)}, or `yolo train key=value …`"))
         elif not isinstance(command, list) or not command or not all(isinstance(arg, str) for arg in command):
             problems.append(("command", "expected a non-empty list of strings"))
         else:
@@ -211,7 +233,8 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         problems.append(("yolo.export", f"expected a list drawn from {', '.join(EXPORT_FORMATS)} "
                                         f"(or [] for none), got {export!r}"))
         export = list(DEFAULT_EXPORT)
-    if not isinstance(yolo.get("allow_gpu_count_change", False), bool):
+    allow_gpu_count_change = yolo.get("allow_gpu_count_change", False)
+    if not isinstance(allow_gpu_count_change, bool):
         problems.append(("yolo.allow_gpu_count_change", "expected true or false (resume on another number of GPUs)"))
     extra = yolo.get("extra", {}) or {}
     if not isinstance(extra, Mapping):
@@ -224,7 +247,113 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         elif not check(value):
             problems.append((f"yolo.extra.{key}", f"{value!r} is not a valid value"))
     return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra),
-                    export=tuple(dict.fromkeys(export)))
+                    export=tuple(dict.fromkeys(export)), allow_gpu_count_change=allow_gpu_count_change is True)
+
+
+# --- seed-style job files -------------------------------------------------------------------
+# Teams arrive with files written for the Ultralytics command line:
+#     command: "yolo train data=pcb_defect.yaml model=yolov8s.pt epochs=100 imgsz=640"
+#     user: team-a
+# They are rewritten here into the strict shape above and then validated by parse_job_spec
+# like any other spec, so both forms obey exactly the same rules.
+
+YOLO_TRAIN_PREFIX = ("yolo", "train")
+
+
+def _cli_value(text: str) -> Any:
+    """A value from `key=value` read as Ultralytics' own command line reads it: numbers,
+    booleans and none become typed; everything else stays a string."""
+    lowered = text.lower()
+    if lowered in {"true", "false"}:
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _yolo_from_command(argv: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    yolo: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    for token in argv[len(YOLO_TRAIN_PREFIX):]:
+        key, equals, text = token.partition("=")
+        if not equals or not key:
+            problems.append(("command", f"{token!r}: expected key=value after `yolo train`"))
+            continue
+        target = yolo if key in YOLO_KEYS - {"extra"} else extra
+        if key in target or key == "extra":
+            problems.append(("command", f"{key!r} is given twice" if key != "extra" else "'extra' is not an argument"))
+            continue
+        # Paths stay strings even when they look like numbers.
+        target[key] = text if key in {"model", "data"} else _cli_value(text)
+    if extra:
+        yolo["extra"] = extra
+    return yolo, problems
+
+
+def _resolve_relative(path: Any, root: str | None) -> Any:
+    if not isinstance(path, str) or not path or os.path.isabs(path) or root is None:
+        return path
+    return os.path.normpath(os.path.join(root, path))  # a '..' escape is then refused by _under_roots
+
+
+def normalize_seed_style(
+    document: Any, *, is_team: Callable[[str], bool], data_root_of: Callable[[str], str | None]
+) -> Any:
+    """Rewrite the seed-style fields of a spec into the strict form; anything else unchanged.
+
+    - `command: "yolo train k=v …"` (split like a shell would, but no shell runs) becomes `yolo:`;
+      model/data/epochs/imgsz/batch are its fields, every other key goes to `extra`, where the
+      allowlist then judges it.
+    - `user: <slug>` names the team when it is a team and no `team:` is given.
+    - a relative `yolo.data` (and a relative `.pt` weights file, since weights also come from the
+      mounted data volume) resolves under the team's data root.
+    Problems it cannot rewrite (an unbalanced quote, a token that is not key=value) raise
+    JobSpecError naming `command`."""
+    if not isinstance(document, Mapping):
+        return document
+    spec = dict(document)
+    user = spec.get("user")
+    if isinstance(user, str) and is_team(user) and spec.get("team") in (None, user):
+        spec.pop("user")
+        spec["team"] = user
+    command = spec.get("command")
+    if isinstance(command, str) and "yolo" not in spec:
+        try:
+            argv = shlex.split(command)
+        except ValueError as error:
+            raise JobSpecError([("command", f"cannot split {command!r}: {error}")]) from None
+        if tuple(argv[: len(YOLO_TRAIN_PREFIX)]) == YOLO_TRAIN_PREFIX:
+            yolo, problems = _yolo_from_command(argv)
+            if problems:
+                raise JobSpecError(problems)
+            spec.pop("command")
+            spec["yolo"] = yolo
+    yolo = spec.get("yolo")
+    team = spec.get("team")
+    if isinstance(yolo, Mapping) and isinstance(team, str) and team:
+        root = data_root_of(team)
+        yolo = dict(yolo)
+        yolo["data"] = _resolve_relative(yolo.get("data"), root)
+        model = yolo.get("model")
+        if isinstance(model, str) and model.endswith(".pt"):
+            yolo["model"] = _resolve_relative(model, root)
+        spec["yolo"] = yolo
+    return spec
+
+
+def argv_form(command: str) -> str:
+    """How a command string is written as an argv list, for the refusal message."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = command.split()
+    return json.dumps(argv)
 
 
 # --- image defaults and batch advice -------------------------------------------------------------

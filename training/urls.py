@@ -8,7 +8,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/log/", views.run_log, name="run-full-log"),
-    path("runs/<int:run_id>/artifacts/<str:name>", views.artifact_download, name="run-artifact"),
+    path("runs/<int:run_id>/artifacts/<path:name>", views.artifact_download, name="run-artifact"),
     path("models/", views.models_page, name="models"),
     # the model registry (issue #17)
     path("models/promote/", registry_views.promote, name="model-promote"),

@@ -153,7 +153,7 @@ def _run_context(request: HttpRequest, run_id: int) -> dict:
     except Exception:
         log = ""
     return {"nav": "jobs", "run": run, "job": run.job, "live": run.state in Run.LIVE, "log": log,
-            "series_json": json.dumps(series(metrics)), "progress": _progress(run.job, run)}
+            "series": series(metrics), "progress": _progress(run.job, run)}
 
 
 @login_required

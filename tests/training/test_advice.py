@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 from gpus.models import Gpu, Node
 from reservations.services import reservation_create
 from training.jobspec import DEFAULT_SAVE_PERIOD, JobSpecError, parse_job_spec, resolve_yolo
+from training.launch import runner_spec
 from training.models import Run, TrainingImage, TrainingJob
-from training.reconcile import runner_spec
 
 H = dt.timedelta(hours=1)
 V8N_TABLE = {"16384": 64, "24576": 96, "40960": 128, "81920": 256}  # as migration 0002 seeds it
@@ -192,9 +192,11 @@ def test_the_runs_spec_gets_the_images_defaults_and_the_table_batch(people, card
     image = TrainingImage.objects.get(tag="v8n-cu118")
     image.default_hyperparameters = {"imgsz": 320, "epochs": 50, "optimizer": "SGD", "save_period": 4}
     image.save()
+    raw = {**document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02}, allow_gpu_count_change=True)}
+    parsed = parse_job_spec(raw, allowed_images={"yolo:v8n-cu118"}, data_roots=[str(tmp_path)], max_gpus=2)
     job = TrainingJob.objects.create(
         team=people["vision"], user=people["owner"], name="j", image=image, submitted_at=timezone.now(),
-        spec=document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02}),
+        spec=raw, parsed_spec=parsed.as_dict(),
     )
     run = Run.objects.create(
         job=job, kind="backfill", node=cards["nvidia"], gpu_ids=[cards["4090"][0].pk], gpu_indices=[0],
@@ -204,6 +206,7 @@ def test_the_runs_spec_gets_the_images_defaults_and_the_table_batch(people, card
     assert (spec["epochs"], spec["imgsz"], spec["batch"]) == (3, 320, 96)
     assert spec["export"] == ["onnx", "torchscript"]
     assert spec["extra"] == {"optimizer": "SGD", "save_period": 4, "lr0": 0.02}
+    assert spec["allow_gpu_count_change"] is True
     # What the runner takes: its own strict parser accepts the same fields.
     from training.runner.spec import EXTRA_ARGS
 

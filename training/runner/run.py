@@ -36,6 +36,7 @@ from training.runner.checkpoints import (
     inspect_checkpoint,
     prepare_results_csv,
 )
+from training.runner.dataset import check_data_yaml
 from training.runner.progress import Events, Reporter
 from training.runner.spec import RunSpec
 from training.runner.stop import (
@@ -268,6 +269,9 @@ class Runner:
             return self._finish()
         if self.stop.requested():  # must_end_by - grace already passed, or a signal
             raise Preempted
+
+        self.phase = "data"
+        check_data_yaml(spec.data)  # before Ultralytics can exec a `download:` entry
 
         self.phase = "model"
         if plan == "resume":
