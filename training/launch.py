@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 import scheduler
 from gpus.models import Gpu
 from notifications.models import EventType
+from training.advice import yolo_for_run
 from training.executors.base import Executor, ExecutorError, ExecutorUnavailable, RunSpec
 from training.jobspec import JobSpec
 from training.models import Run, TrainingJob
@@ -45,7 +46,8 @@ def new_run(
         gpu_ids=[gpu.pk for gpu in gpus], gpu_indices=[gpu.index for gpu in gpus], created_at=now,
         must_end_by=must_end_by or now + dt.timedelta(seconds=job.timeout_s or UNBOUNDED_RUN_S),
         estimated_end=estimated_end, preemptible=preemptible, resumed_from=job.checkpoint_path,
-        output_dir=str(Path(settings.GPUBOOK_RUNS_DIR) / f"job-{job.pk}"),
+        # Under the team's own directory: a Kubernetes pod mounts only that part of the runs volume.
+        output_dir=str(Path(settings.GPUBOOK_RUNS_DIR) / job.team.slug / f"job-{job.pk}"),
     )
 
 
@@ -78,13 +80,14 @@ def runner_spec_path(run: Run) -> Path:
 def runner_spec(run: Run, token: str) -> dict:
     """The runner's spec for a YOLO job's run (training/runner/spec.py)."""
     yolo = job_spec_of(run.job).yolo
+    resolved = yolo_for_run(run)  # the image's defaults, the batch for these GPUs (issue #17)
     return {
-        "run_id": str(run.pk), "model": yolo.model, "data": yolo.data, "epochs": yolo.epochs,
-        "imgsz": yolo.imgsz, "batch": yolo.batch,
+        "run_id": str(run.pk), "model": yolo.model, "data": yolo.data, "epochs": resolved.epochs,
+        "imgsz": resolved.imgsz, "batch": resolved.batch, "export": list(resolved.export),
         "device": list(range(len(run.gpu_indices))) if settings.GPUBOOK_RUNNER_DEVICE == "cuda" else "cpu",
         "workers": settings.GPUBOOK_RUNNER_WORKERS, "output_dir": run.output_dir,
         "resume_from": run.resumed_from or None, "must_end_by": run.must_end_by.isoformat(),
-        "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": dict(yolo.extra),
+        "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": dict(resolved.extra),
         "report_url": f"{settings.GPUBOOK_BASE_URL}/api/v1/runs/{run.pk}/report/", "report_token": token,
     }
 
@@ -112,7 +115,7 @@ def run_spec_for(run: Run) -> RunSpec:
     job = run.job
     spec = job_spec_of(job)
     return RunSpec(
-        run_id=run.pk, image=settings.GPUBOOK_IMAGE_REGISTRY + job.image.reference, argv=tuple(runner_argv(run)),
+        run_id=run.pk, image=settings.GPUBOOK_IMAGE_REGISTRY + job.image.pinned_reference, argv=tuple(runner_argv(run)),
         node_name=run.node.name, gpu_indices=tuple(run.gpu_indices), team=job.team.slug, job_id=job.pk,
         reservation_id=run.reservation_id, must_end_by=run.must_end_by,
         grace_s=int(settings.GPUBOOK_STOP_GRACE_SECONDS), output_dir=run.output_dir, workdir=str(settings.BASE_DIR),

@@ -2,6 +2,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -21,6 +22,13 @@ class TrainingImage(models.Model):
     # {"<GPU memory MiB at least>": batch size}: the largest key not above the GPU's memory wins.
     recommended_batch = models.JSONField(default=dict, blank=True)
     allowed = models.BooleanField(default=True)
+    # The manifest digest the tag pointed to when an admin pinned it (`manage.py images pin`).
+    # Runs use name@digest, so retagging the image in the registry cannot change what runs.
+    digest = models.CharField(
+        max_length=71, blank=True, validators=[RegexValidator(r"^sha256:[0-9a-f]{64}$", "sha256:<64 hex digits>")],
+        help_text="sha256:… of the image manifest; empty until pinned.",
+    )
+    pinned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name", "tag"]
@@ -31,7 +39,13 @@ class TrainingImage(models.Model):
 
     @property
     def reference(self) -> str:
+        """What job specs name: repository:tag."""
         return f"{self.name}:{self.tag}"
+
+    @property
+    def pinned_reference(self) -> str:
+        """What runs pull: repository@sha256:… once pinned, the tag until then."""
+        return f"{self.name}@{self.digest}" if self.digest else self.reference
 
     def batch_for(self, memory_mib: int) -> int | None:
         fitting = [(int(limit), batch) for limit, batch in self.recommended_batch.items() if int(limit) <= memory_mib]

@@ -11,7 +11,6 @@ import scheduler
 from gpus.models import Gpu
 from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, Team
-from reservations.timegrid import month_start, next_month_start
 from training.models import Run, TrainingJob
 
 USAGE_WINDOW = dt.timedelta(days=28)  # four half-lives: older usage weighs < 7 %
@@ -73,30 +72,14 @@ def _usage(*, now: dt.datetime, policy: scheduler.Policy) -> tuple[scheduler.Usa
     return tuple(records)
 
 
-def backfill_usage_seconds(*, team_id: int, window_start: dt.datetime, window_end: dt.datetime, factor: float) -> float:
-    """GPU-seconds of the team's backfill runs inside the window, at the usage factor."""
-    total = 0.0
-    for started, ended, gpu_ids in Run.objects.filter(
-        job__team_id=team_id, kind=Run.Kind.BACKFILL, started_at__lt=window_end
-    ).values_list("started_at", "ended_at", "gpu_ids"):
-        end = min(ended or window_end, window_end)
-        total += max(0.0, (end - max(started, window_start)).total_seconds()) * len(gpu_ids) * factor
-    return total
-
-
 def _team_accounts(*, now: dt.datetime, policy: scheduler.Policy) -> tuple[scheduler.TeamAccount, ...]:
-    accounts = []
-    for team in Team.objects.all():
-        month = reservation_selectors.team_month_usage(team=team, now=now)
-        backfill = backfill_usage_seconds(
-            team_id=team.pk, window_start=month_start(now, team.tzinfo), window_end=next_month_start(now, team.tzinfo),
-            factor=policy.usage_factor,
+    teams = list(Team.objects.all())
+    # The one quota rule (bookings + backfill charged), the same figure the booking check reads.
+    positions = reservation_selectors.quota_positions(teams=teams, now=now)
+    return tuple(
+        scheduler.TeamAccount(
+            team=team.pk, share=team.fair_share or float(team.monthly_gpu_hours or 1),
+            quota_remaining_gpu_s=positions[team.pk].remaining_gpu_s,
         )
-        remaining = team.monthly_gpu_hours * 3600 - month["used_gpu_hours"] * 3600 - backfill
-        accounts.append(
-            scheduler.TeamAccount(
-                team=team.pk, share=team.fair_share or float(team.monthly_gpu_hours or 1),
-                quota_remaining_gpu_s=max(0.0, remaining),
-            )
-        )
-    return tuple(accounts)
+        for team in teams
+    )
