@@ -141,19 +141,23 @@ def test_cancel_and_watchdog_stops_are_delivered_by_repair_with_the_stored_handl
 
 
 def test_launch_reads_the_spec_normalized_at_submit(world, settings):
-    """Defaults live in the parser only; a later edit of the raw document changes nothing."""
+    """Launch reads the spec as parsed at submit (what it leaves out is filled from the image's
+    defaults when the run starts); a later edit of the raw document changes nothing."""
     data = world["tmp"] / "data" / "vision" / "data.yaml"
     document = {"task_name": "yolo", "image": "yolo:v8n-cu118", "team": "vision",
-                "yolo": {"model": "yolov8n.yaml", "data": str(data)}}
+                "yolo": {"model": "yolov8n.yaml", "data": str(data), "epochs": 4, "batch": 16}}
     job = submit(world, document, reservation=book(world, START, START + H))
-    assert job.parsed_spec["yolo"]["epochs"] == 10 and job.parsed_spec["yolo"]["imgsz"] == 640
-    TrainingJob.objects.filter(pk=job.pk).update(spec={"yolo": {"epochs": 999}})
+    assert job.parsed_spec["yolo"]["epochs"] == 4 and job.parsed_spec["yolo"]["imgsz"] is None
+    image = TrainingImage.objects.get(name="yolo", tag="v8n-cu118")
+    image.default_hyperparameters = {"imgsz": 320}
+    image.save()
+    TrainingJob.objects.filter(pk=job.pk).update(spec={"yolo": {"epochs": 999, "imgsz": 999, "batch": 999}})
     tick(world, START)
     (run,) = Run.objects.all()
     (start,) = world["executor"].calls_of("start")
     spec_file = Path(start.spec.argv[-1])
     runner = json.loads(spec_file.read_text())
-    assert (runner["epochs"], runner["imgsz"], runner["batch"]) == (10, 640, 16)
+    assert (runner["epochs"], runner["imgsz"], runner["batch"]) == (4, 320, 16)
     assert runner["data"] == str(data) and runner["run_id"] == str(run.pk)
 
 
