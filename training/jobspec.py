@@ -55,11 +55,13 @@ class JobSpecError(ValueError):
 class YoloTask:
     model: str
     data: str
-    epochs: int
-    imgsz: int
-    batch: int | None  # None: from the image's table for the GPU it gets (resolve_yolo)
+    # None where the spec leaves a field out: the image's default (else the built-in one) fills
+    # it when a run starts (resolve_yolo), and batch comes from the table for the GPU it gets.
+    epochs: int | None
+    imgsz: int | None
+    batch: int | None
     extra: Mapping[str, Any]
-    export: tuple[str, ...] = DEFAULT_EXPORT
+    export: tuple[str, ...] | None = None
     allow_gpu_count_change: bool = False  # resume a checkpoint trained on another number of GPUs
 
 
@@ -85,13 +87,16 @@ class JobSpec:
         data["command"] = list(self.command)
         if self.yolo is not None:
             data["yolo"]["extra"] = dict(self.yolo.extra)
+            data["yolo"]["export"] = list(self.yolo.export) if self.yolo.export is not None else None
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
         fields = {field.name for field in dataclasses.fields(cls)}
         values = {key: value for key, value in data.items() if key in fields}
-        yolo = values.get("yolo")
+        yolo = dict(values.get("yolo") or {})
+        if yolo.get("export") is not None:
+            yolo["export"] = tuple(yolo["export"])
         values["yolo"] = YoloTask(**yolo) if yolo else None
         values["command"] = tuple(values.get("command") or ())
         return cls(**values)
@@ -223,13 +228,19 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
     data = yolo.get("data")
     if not isinstance(data, str) or not _under_roots(data, data_roots):
         problems.append(("yolo.data", f"{data!r} is outside your team's data roots ({', '.join(data_roots)})"))
-    epochs = _positive_int(yolo.get("epochs", 10), "yolo.epochs", problems, maximum=10_000)
-    imgsz = _positive_int(yolo.get("imgsz", 640), "yolo.imgsz", problems, minimum=32, maximum=8192)
+    epochs = yolo.get("epochs")
+    if epochs is not None:
+        epochs = _positive_int(epochs, "yolo.epochs", problems, maximum=10_000)
+    imgsz = yolo.get("imgsz")
+    if imgsz is not None:
+        imgsz = _positive_int(imgsz, "yolo.imgsz", problems, minimum=32, maximum=8192)
     batch = yolo.get("batch")
     if batch is not None and batch != -1:
         batch = _positive_int(batch, "yolo.batch", problems, maximum=4096)
-    export = yolo.get("export", list(DEFAULT_EXPORT))
-    if not isinstance(export, list) or not all(isinstance(v, str) and v in EXPORT_FORMATS for v in export):
+    export = yolo.get("export")
+    if export is not None and (
+        not isinstance(export, list) or not all(isinstance(v, str) and v in EXPORT_FORMATS for v in export)
+    ):
         problems.append(("yolo.export", f"expected a list drawn from {', '.join(EXPORT_FORMATS)} "
                                         f"(or [] for none), got {export!r}"))
         export = list(DEFAULT_EXPORT)
@@ -247,7 +258,8 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         elif not check(value):
             problems.append((f"yolo.extra.{key}", f"{value!r} is not a valid value"))
     return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra),
-                    export=tuple(dict.fromkeys(export)), allow_gpu_count_change=allow_gpu_count_change is True)
+                    export=tuple(dict.fromkeys(export)) if export is not None else None,
+                    allow_gpu_count_change=allow_gpu_count_change is True)
 
 
 # --- seed-style job files -------------------------------------------------------------------
@@ -412,6 +424,7 @@ def resolve_yolo(
     GPUs the table's per-GPU batch is multiplied: Ultralytics' DDP splits ``batch`` across them.
     """
     defaults = dict(image_defaults or {})
+    yolo = {key: value for key, value in yolo.items() if value is not None}  # None: left out of the spec
     epochs = yolo.get("epochs", defaults.get("epochs", BUILTIN_DEFAULTS["epochs"]))
     imgsz = yolo.get("imgsz", defaults.get("imgsz", BUILTIN_DEFAULTS["imgsz"]))
     extra = {key: value for key, value in defaults.items() if key in EXTRA_ARGS and EXTRA_ARGS[key](value)}

@@ -144,6 +144,10 @@ class Run(models.Model):
     must_end_by = models.DateTimeField()
     estimated_end = models.DateTimeField(null=True, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # When the executor took the stop, and how often it was sent: a stop goes out once (and
+    # once more only if the first provably did not arrive).
+    stop_sent_at = models.DateTimeField(null=True, blank=True)
+    stops_sent = models.PositiveSmallIntegerField(default=0)
     kill_at = models.DateTimeField(null=True, blank=True)
     preemptible = models.BooleanField(default=False)
     resumed_from = models.CharField(max_length=500, blank=True)

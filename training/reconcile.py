@@ -5,7 +5,8 @@ Steps (STYLE.md habit 5; each can crash and the next tick repairs it):
 2. observe the executor and record what ended (runs, then their jobs);
 3. repair: start claimed runs the executor does not know (crash between claim and start),
    deliver stops that were asked for but not sent (crash between claim and stop, or a stop
-   asked by a page or the watchdog);
+   asked by a page or the watchdog) — a stop is sent once, and again only when the first
+   provably did not arrive (the local supervisor that was to forward it is gone);
 4. plan: snapshot the database → `scheduler.plan_detailed(snapshot, now, policy)`;
 5. apply each action: claim it in the database with compare-and-set and commit, then call
    the executor — never inside a transaction;
@@ -34,7 +35,7 @@ from notifications import services as notices
 from notifications.models import EventType
 from reservations import services as reservation_services
 from reservations.models import Team
-from training.executors.base import Executor, ExecutorError
+from training.executors.base import Executor, ExecutorError, ObservedRun
 from training.launch import launch, run_claim
 from training.models import Run, TrainingJob
 from training.run_state import (
@@ -45,6 +46,8 @@ from training.run_state import (
     run_handle_record,
     run_mark_running,
     run_request_stop,
+    run_stop_due,
+    run_stop_sent,
     run_termination,
 )
 from training.snapshot import build_snapshot
@@ -106,8 +109,8 @@ def reconcile(*, now: dt.datetime, executor: Executor, policy: scheduler.Policy 
             return TickReport(skipped=True)
         report = TickReport()
         advance_reservations(now=now)  # 1
-        record_observations(executor=executor, now=now, report=report)  # 2
-        repair(executor=executor, now=now, report=report)  # 3
+        observed = record_observations(executor=executor, now=now, report=report)  # 2
+        repair(executor=executor, now=now, report=report, observed=observed)  # 3
         result = plan(now=now, policy=policy)  # 4
         apply_actions(result.actions, executor=executor, now=now, report=report)  # 5
         notify_progress(now=now, policy=policy)  # 6
@@ -125,7 +128,8 @@ def _team_slugs() -> list[str]:
     return list(Team.objects.values_list("slug", flat=True))
 
 
-def record_observations(*, executor: Executor, now: dt.datetime, report: TickReport) -> None:
+def record_observations(*, executor: Executor, now: dt.datetime, report: TickReport) -> dict[int, ObservedRun]:
+    """Record what the executor says; returns its observations by run id (repair reads them)."""
     observed = {item.run_id: item for item in executor.observe(teams=_team_slugs())}
     for run in Run.objects.filter(state__in=Run.LIVE):
         seen = observed.get(run.pk)
@@ -146,6 +150,7 @@ def record_observations(*, executor: Executor, now: dt.datetime, report: TickRep
                     executor.cleanup(run_handle(run))
         elif run.state == Run.State.STARTING:  # started, but the tick that started it did not record it
             run_mark_running(run=run, now=now)
+    return observed
 
 
 # --- 3. repair ----------------------------------------------------------------------------------
@@ -157,16 +162,19 @@ def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickRepor
         report.errors.append(result.error)
 
 
-def repair(*, executor: Executor, now: dt.datetime, report: TickReport) -> None:
+def repair(
+    *, executor: Executor, now: dt.datetime, report: TickReport, observed: dict[int, ObservedRun] | None = None
+) -> None:
     for run in Run.objects.filter(state=Run.State.STARTING).select_related("job__image", "job__team", "node"):
         _launch(run, executor=executor, now=now, report=report)
     for run in Run.objects.filter(state=Run.State.STOPPING):
         handle = run_handle(run)
-        if handle is None:  # never started: nothing to stop
-            continue
+        if handle is None or not run_stop_due(run, (observed or {}).get(run.pk)):
+            continue  # never started (nothing to stop), or the stop was delivered: never twice
         remaining = int(max(0, (run.kill_at - now).total_seconds())) if run.kill_at else 0
         with contextlib.suppress(ExecutorError):
-            executor.stop(handle, remaining)  # a repeated SIGTERM is harmless
+            executor.stop(handle, remaining)
+            run_stop_sent(run=run, now=now)
 
 
 # --- 4. plan ------------------------------------------------------------------------------------
@@ -195,6 +203,7 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
             handle = run_handle(run)
             if handle is not None:  # else it never started; repair stops it once its handle is known
                 executor.stop(handle, int(action.grace_s))
+                run_stop_sent(run=run, now=now)
             report.stopped.append(run.pk)
     elif isinstance(action, scheduler.Kill):
         run = Run.objects.filter(pk=action.run_id, state__in=Run.LIVE).first()

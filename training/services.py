@@ -87,14 +87,14 @@ def job_submit(
     if spec.yolo is not None:
         from training import advice  # the image's defaults and the TensorRT rule (issue #17)
 
-        if "engine" in spec.yolo.export:
+        if "engine" in (spec.yolo.export or ()):
             refusal = advice.engine_refusal(reservation=reservation)
             if refusal:
                 raise DomainError(
                     "engine_needs_nvidia", refusal, problems=[{"field": "yolo.export", "problem": refusal}]
                 )
         epochs_total = advice.yolo_advice(
-            yolo=document["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
+            yolo=spec.as_dict()["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
         )[0].epochs
     return TrainingJob.objects.create(
         team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),

@@ -13,6 +13,7 @@ from reservations.services import reservation_create
 from training.jobspec import DEFAULT_SAVE_PERIOD, JobSpecError, parse_job_spec, resolve_yolo
 from training.launch import runner_spec
 from training.models import Run, TrainingImage, TrainingJob
+from training.services import data_roots_for
 
 H = dt.timedelta(hours=1)
 V8N_TABLE = {"16384": 64, "24576": 96, "40960": 128, "81920": 256}  # as migration 0002 seeds it
@@ -72,7 +73,10 @@ class TestExportField:
         return parse_job_spec(document, allowed_images={"yolo:v8n-cu118"}, data_roots=["/data/vision"], max_gpus=4)
 
     def test_default_and_subsets(self):
-        assert self.parse().yolo.export == ("onnx",)
+        left_out = self.parse().yolo
+        assert left_out.export is None  # the image's default, else onnx, when a run starts
+        resolved = resolve_yolo(self.parse().as_dict()["yolo"], image_defaults={}, batch_table={}, gpu_memory_mib=None)
+        assert resolved.export == ("onnx",)
         assert self.parse(export=["torchscript", "openvino", "torchscript"]).yolo.export == ("torchscript", "openvino")
         assert self.parse(export=[]).yolo.export == ()
         assert self.parse().yolo.batch is None  # from the table, at the run's start
@@ -192,8 +196,9 @@ def test_the_runs_spec_gets_the_images_defaults_and_the_table_batch(people, card
     image = TrainingImage.objects.get(tag="v8n-cu118")
     image.default_hyperparameters = {"imgsz": 320, "epochs": 50, "optimizer": "SGD", "save_period": 4}
     image.save()
-    raw = {**document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02}, allow_gpu_count_change=True)}
-    parsed = parse_job_spec(raw, allowed_images={"yolo:v8n-cu118"}, data_roots=[str(tmp_path)], max_gpus=2)
+    raw = document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02}, allow_gpu_count_change=True)
+    parsed = parse_job_spec(raw, allowed_images={"yolo:v8n-cu118"}, data_roots=data_roots_for(people["vision"]),
+                            max_gpus=2)
     job = TrainingJob.objects.create(
         team=people["vision"], user=people["owner"], name="j", image=image, submitted_at=timezone.now(),
         spec=raw, parsed_spec=parsed.as_dict(),

@@ -146,6 +146,7 @@ class Launcher:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stop()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop is enough; shutdown must not die of a repeat
 
     def stop(self) -> None:
         """Ask every live worker to checkpoint and exit: one SIGTERM each, ever."""
@@ -225,18 +226,11 @@ class DistributedStop(GracefulStop):
         if anyone and self.reason is None:  # (our own signal may have landed during the collective)
             self.reason = "a peer rank was asked to stop"
             self.requested_monotonic = time.monotonic()
-            self._by_peer = True
+            # Stopping already: the launcher's SIGTERM, when it lands now, changes nothing (and
+            # must not kill the interpreter while it shuts down; see GracefulStop._on_signal).
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return anyone
-
-    _by_peer = False
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        # The launcher's one SIGTERM may land after the ranks already agreed to stop (a peer
-        # saw its own first): that is this rank's first signal, not a second one.
-        if self._by_peer:
-            self._by_peer = False
-            return
-        super()._on_signal(signum, frame)
 
     def on_boundary(self, trainer: Any) -> None:
         if self._agreed(trainer):

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("reservations", "0001_initial"),
-        ("training", "0005_merge_0004_image_digest_0004_job_parsed_spec"),
+        ("training", "0006_run_stop_sent"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
