@@ -101,9 +101,10 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 class Launcher:
     """Starts the workers, forwards one SIGTERM to each, and waits for them all.
 
-    ``wait()`` returns the exit codes by rank. A worker that fails (a code other than 0 or 75)
-    gets its peers stopped (SIGTERM, then SIGKILL after ``kill_after_s``): they would only
-    hang in their next collective."""
+    ``wait()`` returns the exit codes by rank. When a worker fails (a code other than 0 or 75)
+    its peers get ``peer_wait_s`` to end on their own (a bad spec or device fails every rank,
+    and rank 0 should say so in its own words), then a SIGTERM, then SIGKILL after
+    ``kill_after_s``: left alone they would hang in their next collective."""
 
     def __init__(
         self,
@@ -111,8 +112,10 @@ class Launcher:
         *,
         stdout0: IO[str] | int | None = None,
         kill_after_s: float = 30.0,
+        peer_wait_s: float = 10.0,
         ok_codes: tuple[int, ...] = (0, 75),
     ) -> None:
+        self.peer_wait_s = peer_wait_s
         self.commands = list(commands)
         self.stdout0 = stdout0
         self.kill_after_s = kill_after_s
@@ -173,8 +176,9 @@ class Launcher:
                 return [int(code) for code in codes]
             if failed_at is None and any(code is not None and code not in self.ok_codes for code in codes):
                 failed_at = time.monotonic()
+            if failed_at is not None and self.signalled_at is None and time.monotonic() - failed_at > self.peer_wait_s:
                 self.stop()
-            since = failed_at if failed_at is not None else self.signalled_at
+            since = self.signalled_at
             if since is not None and time.monotonic() - since > self.kill_after_s:
                 self.kill()
             time.sleep(poll_s)

@@ -94,9 +94,7 @@ def run_distributed(spec: RunSpec, out: IO[str]) -> int:
         message = termination_message(
             run_id=spec.run_id, status="failed", exit_code=exitcodes.EXIT_FAILED, reason=refusal, error="checkpoint"
         )
-        write_termination(message, spec.output_dir)
-        out.write(json.dumps(message) + "\n")
-        out.flush()
+        _end_without_rank0(spec, message, out)
         return exitcodes.EXIT_FAILED
     spec_path = spec.output_dir / f".ddp-spec-{spec.run_id}.json"
     spec_path.write_text(json.dumps(_spec_as_json(spec)), encoding="utf-8")
@@ -151,10 +149,17 @@ def run_distributed(spec: RunSpec, out: IO[str]) -> int:
             reason=f"DDP workers ended with codes {codes} before rank 0 recorded the end", error="internal",
         )
         code = exitcodes.EXIT_FAILED
-    write_termination(message, spec.output_dir)
-    out.write(json.dumps(message) + "\n")
-    out.flush()
+    _end_without_rank0(spec, message, out)
     return code
+
+
+def _end_without_rank0(spec: RunSpec, message: dict[str, Any], out: IO[str]) -> None:
+    """The launcher records the end itself (same file, same event shape) when no rank did."""
+    write_termination(message, spec.output_dir)
+    event = {"run_id": spec.run_id, "event": message["status"], "epoch": message.get("epoch") or 0,
+             "epochs": spec.epochs, "metrics": {}, "time": message["time"], "detail": message}
+    out.write(json.dumps(event, separators=(",", ":")) + "\n")
+    out.flush()
 
 
 def _gpu_count_refusal(spec: RunSpec) -> str | None:

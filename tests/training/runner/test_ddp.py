@@ -205,3 +205,28 @@ def test_a_failed_worker_stops_its_peers_instead_of_leaving_them_hanging(tmp_pat
     assert process.wait(timeout=60) != 0
     codes = json.loads((out / "codes.json").read_text())["codes"]
     assert codes[1] == -signal.SIGKILL and codes[0] != 0  # rank 0 was stopped, not left in a collective
+
+
+@standin_only
+def test_the_runner_launches_one_worker_per_gpu_and_rank0_speaks_for_the_run(tmp_path):
+    """The real launcher path of `python -m training.runner` for a two-GPU spec, on this
+    CPU-only machine: both workers start (rank 0 with the launcher's stdout), each finds no
+    CUDA device, and the run ends once, in rank 0's words, with the launcher's exit code."""
+    pytest.importorskip("ultralytics")
+    data = tmp_path / "data.yaml"
+    data.write_text("path: /x\ntrain: images\nval: images\nnames: {0: a}\n")
+    out = tmp_path / "out"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"run_id": "ddp", "model": "yolov8n.yaml", "data": str(data), "epochs": 1,
+                                "imgsz": 64, "batch": 4, "device": [0, 1], "output_dir": str(out)}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_"))}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-m", "training.runner", "--spec", str(spec)], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 1, done.stderr[-2000:]
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [event["event"] for event in events] == ["failed"]  # rank 0's one end; rank 1 says nothing
+    message = json.loads((out / "termination.json").read_text())
+    assert message["error"] == "device" and "0 CUDA device(s) are visible" in message["reason"]
+    assert "gpubook-runner rank 1: failed" in done.stderr  # rank 1 ran, and ended quietly
+    assert not list(out.glob(".ddp-spec-*"))  # the workers' spec copy (it holds the token) is removed
