@@ -12,10 +12,8 @@ urlpatterns = [
     # the model registry (issue #17)
     path("models/", registry_api.ModelListView.as_view(), name="api-models"),
     path("models/promote/", registry_api.PromoteView.as_view(), name="api-model-promote"),
-    path("models/<slug:team>/<slug:name>/", registry_api.ModelVersionsView.as_view(), name="api-model-versions"),
-    path("models/<slug:team>/<slug:name>/compare/<int:a>/<int:b>/", registry_api.CompareView.as_view(),
-         name="api-model-compare"),
-    path("models/<slug:team>/<slug:name>/versions/<int:version>/files/<str:filename>",
-         registry_api.VersionFileView.as_view(), name="api-model-version-file"),
+    path("models/<int:pk>/", registry_api.ModelVersionsView.as_view(), name="api-model-versions"),
+    path("models/<int:pk>/compare/", registry_api.CompareView.as_view(), name="api-model-compare"),
+    path("models/<int:pk>/file/", registry_api.VersionFileView.as_view(), name="api-model-version-file"),
     *router.urls,
 ]

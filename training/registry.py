@@ -81,6 +81,13 @@ def model_get(*, user: AbstractBaseUser, team_slug: str, name: str) -> Registere
     return model
 
 
+def model_by_id(*, user: AbstractBaseUser, model_id: int) -> RegisteredModel:
+    model = models_visible_to(user=user).filter(pk=model_id).first()
+    if model is None:
+        raise NotFound("not_found", f"No model #{model_id}.")
+    return model
+
+
 def version_get(*, model: RegisteredModel, version: int) -> ModelVersion:
     found = model.versions.select_related("run", "promoted_by").filter(version=version).first()
     if found is None:

@@ -2,11 +2,12 @@
 
 from django.http import FileResponse
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.errors import DomainError
 from reservations.serializers import MAX_ID
 from training import registry
 from training.models import ModelVersion, RegisteredModel
@@ -34,7 +35,7 @@ class ModelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RegisteredModel
-        fields = ["full_name", "team", "name", "description", "created_at", "latest_version"]
+        fields = ["id", "full_name", "team", "name", "description", "created_at", "latest_version"]
 
     def get_latest_version(self, model: RegisteredModel) -> int | None:
         latest = model.versions.order_by("-version").first()
@@ -66,23 +67,41 @@ class PromoteView(APIView):
 
 class ModelVersionsView(APIView):
     @extend_schema(responses={200: VersionSerializer(many=True)})
-    def get(self, request, team: str, name: str):
-        model = registry.model_get(user=request.user, team_slug=team, name=name)
+    def get(self, request, pk: int):
+        model = registry.model_by_id(user=request.user, model_id=pk)
         return Response(VersionSerializer(model.versions.select_related("promoted_by", "model__team"), many=True).data)
 
 
+def _version_number(request, name: str) -> int:
+    value = request.query_params.get(name, "")
+    if not value.isdigit() or not 1 <= int(value) <= MAX_ID:
+        raise DomainError("invalid_version", f"`{name}` must be a version number (1, 2, …).")
+    return int(value)
+
+
 class CompareView(APIView):
-    @extend_schema(responses={200: dict})
-    def get(self, request, team: str, name: str, a: int, b: int):
-        model = registry.model_get(user=request.user, team_slug=team, name=name)
+    @extend_schema(
+        parameters=[OpenApiParameter("a", int, required=True, description="a version number"),
+                    OpenApiParameter("b", int, required=True, description="another version number")],
+        responses={200: dict},
+    )
+    def get(self, request, pk: int):
+        model = registry.model_by_id(user=request.user, model_id=pk)
+        a, b = _version_number(request, "a"), _version_number(request, "b")
         left, right = registry.version_get(model=model, version=a), registry.version_get(model=model, version=b)
         rows = registry.version_compare(a=left, b=right)
         return Response({"model": model.full_name, "a": a, "b": b, "metrics": rows})
 
 
 class VersionFileView(APIView):
-    @extend_schema(responses={200: bytes})
-    def get(self, request, team: str, name: str, version: int, filename: str):
-        model = registry.model_get(user=request.user, team_slug=team, name=name)
-        path = registry.version_file_path(version=registry.version_get(model=model, version=version), name=filename)
-        return FileResponse(path.open("rb"), as_attachment=True, filename=f"{name}-v{version}-{filename}")
+    @extend_schema(
+        parameters=[OpenApiParameter("version", int, required=True, description="a version number"),
+                    OpenApiParameter("name", str, required=True, description="a file of the version, e.g. best.onnx")],
+        responses={(200, "application/octet-stream"): bytes},
+    )
+    def get(self, request, pk: int):
+        model = registry.model_by_id(user=request.user, model_id=pk)
+        version = _version_number(request, "version")
+        name = request.query_params.get("name", "")
+        path = registry.version_file_path(version=registry.version_get(model=model, version=version), name=name)
+        return FileResponse(path.open("rb"), as_attachment=True, filename=f"{model.name}-v{version}-{name}")

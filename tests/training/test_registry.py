@@ -119,19 +119,26 @@ class TestApi:
         api.post("/api/v1/models/promote/", {"run": second.pk, "name": "pcb-defect"}, format="json")
         listed = api.get("/api/v1/models/").json()
         assert listed == [{**listed[0], "full_name": "vision/pcb-defect", "latest_version": 2}]
-        versions = api.get("/api/v1/models/vision/pcb-defect/").json()
+        model = listed[0]["id"]
+        versions = api.get(f"/api/v1/models/{model}/").json()
         assert [v["version"] for v in versions] == [2, 1]
-        compared = api.get("/api/v1/models/vision/pcb-defect/compare/1/2/").json()
+        compared = api.get(f"/api/v1/models/{model}/compare/", {"a": 1, "b": 2}).json()
         assert compared["metrics"][0] == {"metric": "mAP50-95", "a": 0.2, "b": 0.25, "change": pytest.approx(0.05)}
-        file = api.get("/api/v1/models/vision/pcb-defect/versions/2/files/best.pt")
+        bad = api.get(f"/api/v1/models/{model}/compare/", {"a": "x", "b": 2})
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_version"
+        file = api.get(f"/api/v1/models/{model}/file/", {"version": 2, "name": "best.pt"})
         assert file.status_code == 200 and b"".join(file.streaming_content) == b"weights %d" % second.pk
+        assert api.get(f"/api/v1/models/{model}/file/", {"version": 2, "name": "../x"}).status_code == 404
 
     def test_errors_have_the_one_shape(self, people, finished):
         run = finished(0.2)
         outsider = client_for(people["outsider"])
         refused = outsider.post("/api/v1/models/promote/", {"run": run.pk, "name": "x"}, format="json")
         assert refused.status_code == 404 and refused.json()["code"] == "not_found"
-        assert outsider.get("/api/v1/models/vision/x/").status_code == 404
+        registry.model_promote(run_id=run.pk, name="x", actor=people["owner"], now=timezone.now())
+        model = registry.models_visible_to(user=people["owner"]).get().pk
+        assert outsider.get(f"/api/v1/models/{model}/").status_code == 404
+        assert outsider.get("/api/v1/models/").json() == []
         bad = client_for(people["owner"]).post("/api/v1/models/promote/", {"run": run.pk, "name": "Bad Name"},
                                               format="json")
         assert bad.status_code == 400 and bad.json()["code"] == "invalid_name"
