@@ -11,7 +11,7 @@ import scheduler
 from gpus.models import Gpu
 from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, Team
-from training.models import Run, TrainingJob
+from training.models import Run, TrainingJob, WaitingFor
 
 USAGE_WINDOW = dt.timedelta(days=28)  # four half-lives: older usage weighs < 7 %
 
@@ -43,7 +43,9 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
             priority=scheduler.Priority(job.priority), estimated_duration_s=job.estimated_duration_s,
             checkpointable=job.checkpointable, times_preempted=job.times_preempted, timeout_s=job.timeout_s,
         )
-        for job in TrainingJob.objects.filter(state=TrainingJob.State.QUEUED, reservation__isnull=True)
+        for job in TrainingJob.objects.filter(
+            state=TrainingJob.State.QUEUED, reservation__isnull=True, waiting_for=WaitingFor.SLOT
+        )
     )
     runs = tuple(
         scheduler.Run(
