@@ -108,6 +108,9 @@ class TrainingJob(models.Model):
     # job waits for (training.continuation applies it at every tick).
     then = models.CharField(max_length=12, choices=Then.choices, default=Then.BACKFILL)
     then_team = models.BooleanField(default=False, help_text="next_booking may take a teammate's booking.")
+    # When its owner was told it waits too long: the tick then needs one query for the jobs
+    # that are due, not one notice lookup per queued job (issue #19).
+    waiting_noticed_at = models.DateTimeField(null=True, blank=True)
     waiting_for = models.CharField(max_length=8, choices=WaitingFor.choices, default=WaitingFor.SLOT, blank=True)
     submitted_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -236,10 +236,15 @@ def notify_progress(*, now: dt.datetime, policy: scheduler.Policy) -> None:
     ending = Run.objects.filter(state=Run.State.RUNNING, kind=Run.Kind.RESERVED, must_end_by__lte=soon)
     for run in ending.select_related("job"):
         notify_run(run, EventType.RUN_ENDING_SOON, now=now)
-    for job in TrainingJob.objects.filter(
-        state=TrainingJob.State.QUEUED, reservation__isnull=True, waiting_for=WaitingFor.SLOT
-    ):
+    # One query decides which queued jobs are due a "waiting too long" notice; each is told once.
+    threshold = dt.timedelta(minutes=settings.GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES)
+    due = TrainingJob.objects.filter(
+        state=TrainingJob.State.QUEUED, reservation__isnull=True, waiting_for=WaitingFor.SLOT,
+        waiting_noticed_at__isnull=True, submitted_at__lte=now - threshold,
+    ).values_list("pk", "team_id", "user_id", "name", "submitted_at")
+    for job_id, team_id, user_id, name, submitted_at in due:
         notices.notify_job_waiting(
-            job_id=job.pk, team_id=job.team_id, user_id=job.user_id, waiting_since=job.submitted_at, now=now,
-            payload={"job": {"id": job.pk, "name": job.name}},
+            job_id=job_id, team_id=team_id, user_id=user_id, waiting_since=submitted_at, now=now,
+            payload={"job": {"id": job_id, "name": name}},
         )
+        TrainingJob.objects.filter(pk=job_id).update(waiting_noticed_at=now)
