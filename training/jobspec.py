@@ -38,12 +38,12 @@ TOP_LEVEL = {
     "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
     "estimated_duration", "checkpointable", "then", "then_team",
 }
-# What a job does when its slot ends before it does (DESIGN.md "TrainingJob").
-THEN_CHOICES = ("next_booking", "backfill", "hold")
 YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export"}
 DEFAULT_EXPORT = ("onnx",)
 RESOURCE_KEYS = {"gpu", "memory", "cpu"}
 PRIORITIES = tuple(priority.value for priority in Priority)  # defined once, in the scheduling core
+# What a job does when its slot ends before it does (DESIGN.md "TrainingJob").
+THEN_CHOICES = ("next_booking", "backfill", "hold")
 BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
 DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
