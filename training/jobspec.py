@@ -14,6 +14,9 @@
     timeout: 4h                 # seconds, or a number with s/m/h/d
     estimated_duration: 90m
     checkpointable: true        # default true for yolo jobs, false for commands
+    then: next_booking          # when a slot ends before the job: next_booking | backfill | hold
+                                # (default next_booking for a job submitted into a booking, else backfill)
+    then_team: false            # next_booking may also take a teammate's booking
 
 Every problem is reported with the field it concerns, all at once, so a person can fix the
 whole file in one go.
@@ -33,12 +36,14 @@ from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS
 
 TOP_LEVEL = {
     "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
-    "estimated_duration", "checkpointable",
+    "estimated_duration", "checkpointable", "then", "then_team",
 }
 YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export", "allow_gpu_count_change"}
 DEFAULT_EXPORT = ("onnx",)
 RESOURCE_KEYS = {"gpu", "memory", "cpu"}
 PRIORITIES = tuple(priority.value for priority in Priority)  # defined once, in the scheduling core
+# What a job does when its slot ends before it does (DESIGN.md "TrainingJob").
+THEN_CHOICES = ("next_booking", "backfill", "hold")
 BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
 DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
@@ -79,6 +84,8 @@ class JobSpec:
     cpu: str | None = None
     timeout_s: int | None = None
     estimated_duration_s: int | None = None
+    then: str | None = None  # None: decided at submit (next_booking in a booking, else backfill)
+    then_team: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The normalized spec (defaults filled in), JSON-safe: stored on the job at submit and
@@ -206,12 +213,18 @@ def parse_job_spec(
     checkpointable = document.get("checkpointable", yolo is not None)
     if not isinstance(checkpointable, bool):
         problems.append(("checkpointable", "expected true or false"))
+    then = document.get("then")
+    if then is not None and then not in THEN_CHOICES:
+        problems.append(("then", f"expected one of {', '.join(THEN_CHOICES)}, got {then!r}"))
+    then_team = document.get("then_team", False)
+    if not isinstance(then_team, bool):
+        problems.append(("then_team", "expected true or false"))
     if problems:
         raise JobSpecError(problems)
     return JobSpec(
         task_name=task_name.strip(), image=image, team=team, gpus=gpus, priority=priority,
         checkpointable=checkpointable, yolo=yolo_task, command=argv, memory=memory, cpu=cpu,
-        timeout_s=timeout_s, estimated_duration_s=estimate_s,
+        timeout_s=timeout_s, estimated_duration_s=estimate_s, then=then, then_team=then_team,
     )
 
 

@@ -57,6 +57,18 @@ Priority = models.TextChoices("Priority", [(member.name, (member.value, member.v
                                             scheduler.Priority])
 
 
+class Then(models.TextChoices):
+    NEXT_BOOKING = "next_booking", "Continue in my next booking"
+    BACKFILL = "backfill", "Join the queue"
+    HOLD = "hold", "Wait for me"
+
+
+class WaitingFor(models.TextChoices):
+    SLOT = "", "Its booking or idle GPUs"  # the normal case: attached, or in the backfill queue
+    BOOKING = "booking", "Its owner's next booking"
+    USER = "user", "Its owner (held)"
+
+
 class TrainingJob(models.Model):
     """What to run. Attached to a reservation (runs in its slots) or queued (backfill)."""
 
@@ -92,6 +104,14 @@ class TrainingJob(models.Model):
     epochs_done = models.PositiveIntegerField(default=0)
     epochs_total = models.PositiveIntegerField(null=True, blank=True)
     times_preempted = models.PositiveIntegerField(default=0)
+    # Continuation: what the job does when its slot ends before it does, and what a waiting
+    # job waits for (training.continuation applies it at every tick).
+    then = models.CharField(max_length=12, choices=Then.choices, default=Then.BACKFILL)
+    then_team = models.BooleanField(default=False, help_text="next_booking may take a teammate's booking.")
+    # When its owner was told it waits too long: the tick then needs one query for the jobs
+    # that are due, not one notice lookup per queued job (issue #19).
+    waiting_noticed_at = models.DateTimeField(null=True, blank=True)
+    waiting_for = models.CharField(max_length=8, choices=WaitingFor.choices, default=WaitingFor.SLOT, blank=True)
     submitted_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
 

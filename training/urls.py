@@ -6,6 +6,7 @@ urlpatterns = [
     path("jobs/", views.jobs_page, name="jobs"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/attach/", views.job_attach, name="job-attach"),
     path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<int:run_id>/log/", views.run_log, name="run-full-log"),
     path("runs/<int:run_id>/artifacts/<path:name>", views.artifact_download, name="run-artifact"),

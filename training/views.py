@@ -111,10 +111,35 @@ def _job_or_404(request: HttpRequest, job_id: int) -> TrainingJob:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     runs = list(job.runs.order_by("-created_at", "-id"))
+    bookings = []
+    if job.state == TrainingJob.State.QUEUED:  # where it may be attached: the team's live bookings
+        bookings = list(
+            reservations_visible_to(user=request.user)
+            .filter(team=job.team, status__in=Reservation.UPCOMING_OR_ACTIVE, end__gt=timezone.now())
+            .select_related("node", "user").order_by("start", "id")[:50]
+        )
     return render(request, "training/job_detail.html", {
         "nav": "jobs", "job": job, "runs": runs, "progress": _progress(job, runs[0] if runs else None),
-        "spec_text": json.dumps(job.spec, indent=2),
+        "spec_text": json.dumps(job.spec, indent=2), "bookings": bookings,
+        "booking": job.reservation if job.reservation_id else None,
     })
+
+
+@login_required
+@require_POST
+def job_attach(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Attach the job to a booking (it runs in that slot) or, with no booking, queue it."""
+    job = _job_or_404(request, job_id)
+    reservation = request.POST.get("reservation") or None
+    try:
+        services.job_attach(job_id=job.pk, reservation_id=int(reservation) if reservation else None,
+                            actor=request.user, now=timezone.now())
+    except (DomainError, ValueError) as problem:
+        messages.error(request, getattr(problem, "detail", "Choose a booking from the list."))
+    else:
+        messages.success(request, f"Job attached to booking #{reservation}." if reservation
+                         else "Job detached: it waits for idle GPUs (backfill).")
+    return redirect("job-detail", job_id=job.pk)
 
 
 @login_required
