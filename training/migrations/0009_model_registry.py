@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("reservations", "0001_initial"),
-        ("training", "0006_run_stop_sent"),
+        ("training", "0008_job_waiting_noticed_at"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("training", "0007_model_registry")]
+    dependencies = [("training", "0009_model_registry")]
 
     operations = [
         migrations.CreateModel(
