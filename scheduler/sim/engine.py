@@ -15,8 +15,10 @@ The simulated runner: a run makes progress after a restart overhead (only when r
 from a checkpoint); on Stop a checkpointable job saves within `CHECKPOINT_SAVE_S` (bounded
 by the grace) and keeps its progress, a non-checkpointable one exits at once and loses it;
 on Kill the work since the run started is lost. Stopped jobs are requeued with their
-original submit time. The engine checks the invariants as it goes and raises
-`InvariantViolation` on the first breach, so a bug cannot hide in a metric.
+original submit time. With `run_aware_booking` the engine also plays the booking service:
+a booking is placed on GPUs when it is made, around the runs of that moment. The engine
+checks the invariants as it goes and raises `InvariantViolation` on the first breach, so a
+bug cannot hide in a metric.
 """
 
 from __future__ import annotations
