@@ -389,6 +389,8 @@ class Simulation:
             key = (sum(cost for cost, _, _ in costs), len(free), node)
             if best is None or key < best[0]:
                 best = (key, tuple(sorted(gpu_id for _, _, gpu_id in costs)))
+                if key[0] == 0 and key[1] == needed:
+                    break  # nothing to clear and no GPU left over: no later node beats it
         return None if best is None else best[1]
 
     def _prune_reservations(self, now_s: float) -> None:
