@@ -86,3 +86,40 @@ def test_datetimes_in_datetimes_out_and_the_snapshot_is_untouched():
     assert estimate.estimated_start == now + timedelta(hours=2)
     assert repr(state) == before
     assert estimate_starts(state, now) == estimate_starts(state, now)
+
+
+def test_with_exact_runtimes_and_no_later_submissions_the_estimate_is_what_happens():
+    # Twenty jobs queued at once on two 8-GPU nodes, every estimate exact, a booking ahead:
+    # rolling plan() forward must reproduce the simulated cluster's starts to the second.
+    import random
+
+    from scheduler.sim.engine import Booking, SimJob, Simulation, SimulationConfig
+    from scheduler.sim.policies import policy_for
+    from scheduler.sim.workload import make_gpus
+
+    rng = random.Random(7)
+    jobs = [
+        SimJob(id=number, user=f"user{number % 3}", team="vision",
+               gpus=rng.choice([1, 2, 4, 8]), submit_s=0.0,
+               duration_s=float(rng.randint(300, 7200)), checkpointable=False)
+        for number in range(1, 21)
+    ]
+    for sim_job in jobs:
+        sim_job.estimate_s = sim_job.duration_s
+    booking = Booking(id=1, job_id=99, gpu_ids=tuple(range(8)), start_s=5400.0,
+                      end_s=9000.0, booked_at_s=-1.0, team="vision", user="user9")
+    booked_job = SimJob(id=99, user="user9", team="vision", gpus=8, submit_s=5400.0,
+                        duration_s=3000.0, booking_id=1)
+    policy = policy_for("easy")
+    seen = {}
+
+    def observe(now_s, state):
+        if not seen:
+            seen.update(estimate_starts(state, now_s, policy))
+
+    config = SimulationConfig(gpus=make_gpus(16, 8), policy=policy, use_estimator=False,
+                              team_quota_gpu_s={"vision": 1e12}, observer=observe)
+    result = Simulation(config, [*jobs, booked_job], (booking,)).run()
+    assert sorted(seen) == [sim_job.id for sim_job in jobs]
+    for sim_job in jobs:
+        assert seen[sim_job.id].estimated_start == result.jobs[sim_job.id].first_start_s, sim_job
