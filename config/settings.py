@@ -194,6 +194,8 @@ GPUBOOK_NOTIFY_CLAIM_SECONDS = env_int("GPUBOOK_NOTIFY_CLAIM_SECONDS", 120, mini
 GPUBOOK_NOTIFY_BATCH_SECONDS = env_int("GPUBOOK_NOTIFY_BATCH_SECONDS", 30, minimum=1)
 
 REDIS_URL = env_str("REDIS_URL", "")
+# Hand new deliveries to Celery on commit (default: when there is a broker); the loop drains the rest.
+GPUBOOK_NOTIFY_ENQUEUE = env_bool("GPUBOOK_NOTIFY_ENQUEUE", bool(REDIS_URL))
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False

@@ -43,7 +43,6 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from gpus.models import Gpu, GpuSample, MonitoringValue
 
 logger = logging.getLogger(__name__)
-DEFAULT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
 TELEMETRY_FRESH = dt.timedelta(minutes=5)  # older buckets are not "current" GPU figures
 SLOT_LATENESS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 LIVE_RESERVATION = ("confirmed", "active")
@@ -97,11 +96,11 @@ def count_booking_conflict(*, code: str, now: dt.datetime) -> None:
 
 # --- access ------------------------------------------------------------------------------------
 def _allowed(request: HttpRequest) -> tuple[bool, int]:
-    token = getattr(settings, "GPUBOOK_METRICS_TOKEN", "")
+    token = settings.GPUBOOK_METRICS_TOKEN
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].encode(), token.encode()):
         return True, 200
-    networks = getattr(settings, "GPUBOOK_METRICS_ALLOWED_NETWORKS", DEFAULT_ALLOWED_NETWORKS)
+    networks = settings.GPUBOOK_METRICS_ALLOWED_NETWORKS
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
@@ -317,7 +316,7 @@ def quota_families(*, now: dt.datetime):
     Team = apps.get_model("reservations", "Team")
     Reservation = apps.get_model("reservations", "Reservation")
     Run = apps.get_model("training", "Run")
-    factor = float(getattr(settings, "GPUBOOK_BACKFILL_USAGE_FACTOR", 0.5))
+    factor = settings.GPUBOOK_BACKFILL_USAGE_FACTOR
     teams = list(Team.objects.order_by("slug"))
     windows = {team.pk: _month_window(now, team.time_zone) for team in teams}
     quota = GaugeMetricFamily("gpubook_team_quota_gpu_seconds", "Monthly quota (GPU-seconds).", labels=["team"])

@@ -107,7 +107,7 @@ def _email_recipients(user_ids: Iterable[int], event_type: str) -> list:
 def _enqueue(notice_id) -> None:
     """After commit: hand the notice to a Celery worker for immediate delivery. Failing here
     (no Redis) loses nothing — the periodic loop finds the pending deliveries."""
-    if not getattr(settings, "GPUBOOK_NOTIFY_ENQUEUE", bool(getattr(settings, "REDIS_URL", ""))):
+    if not settings.GPUBOOK_NOTIFY_ENQUEUE:
         return
     try:
         from notifications.tasks import deliver_notice
@@ -235,7 +235,7 @@ def notices_schedule_reminders(*, now: dt.datetime) -> int:
     """Emit a reminder for each confirmed booking that starts within the reminder window.
     Idempotent: one reminder per booking and start time (a moved booking is reminded again).
     A booking made inside the window is skipped: its confirmation just told the booker."""
-    minutes = getattr(settings, "GPUBOOK_REMINDER_MINUTES", 15)
+    minutes = settings.GPUBOOK_REMINDER_MINUTES
     if minutes <= 0:
         return 0
     window = dt.timedelta(minutes=minutes)
@@ -305,7 +305,7 @@ def notify_job_waiting(
 ) -> Notice | None:
     """Call for every queued job on every tick: emits once, when the job has waited longer
     than GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES since `waiting_since` (its submit or requeue time)."""
-    threshold = dt.timedelta(minutes=getattr(settings, "GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES", 60))
+    threshold = dt.timedelta(minutes=settings.GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES)
     if now - waiting_since < threshold:
         return None
     waited_minutes = int((now - waiting_since).total_seconds() // 60)
