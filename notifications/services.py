@@ -11,6 +11,7 @@ import functools
 import logging
 from collections.abc import Iterable
 
+from celery import current_app
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -33,6 +34,7 @@ RUN_EVENTS = frozenset(
         EventType.RUN_FAILED,
     }
 )
+DELIVER_NOTICE_TASK = "notifications.deliver_notice"  # notifications.tasks.deliver_notice
 # A quota position's level (reservations.selectors.QuotaPosition.level) → the notice it raises.
 QUOTA_EVENTS = {"warning": EventType.QUOTA_WARNING, "exhausted": EventType.QUOTA_EXHAUSTED}
 
@@ -110,9 +112,9 @@ def _enqueue(notice_id) -> None:
     if not settings.GPUBOOK_NOTIFY_ENQUEUE:
         return
     try:
-        from notifications.tasks import deliver_notice
-
-        deliver_notice.apply_async(args=[str(notice_id)], retry=False)
+        # By its registered name: notifications.tasks imports delivery, which imports this
+        # module, so importing the task here would close a cycle.
+        current_app.tasks[DELIVER_NOTICE_TASK].apply_async(args=[str(notice_id)], retry=False)
     except Exception:  # the broker being down must never break the request that booked
         logger.warning("could not enqueue notice %s; the periodic loop will deliver it", notice_id, exc_info=True)
 
