@@ -17,6 +17,7 @@ from config.env import (
     env_list,
     env_str,
 )
+from config.errors import error_codes_markdown
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Where the embedded default keeps its SQLite file, run outputs and logs.
@@ -121,7 +122,9 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpubook API",
-    "DESCRIPTION": "GPU time-slot reservations and YOLO training jobs.",
+    # Every error code, from the one list in config/errors.py (pure Python, safe to import here).
+    "DESCRIPTION": "GPU time-slot reservations and YOLO training jobs.\n\n"
+    'Every error answers `{"code": …, "detail": …}`. The codes:\n\n' + error_codes_markdown(),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
 }

@@ -9,7 +9,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import NotFound
+from config.errors import ErrorCode, NotFound
 from notifications import services
 from notifications.models import EventType, NotificationPreference, Webhook
 
@@ -67,7 +67,7 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def get_object(self):
         webhook = self.get_queryset().filter(pk=self.kwargs["pk"]).first()
         if webhook is None:
-            raise NotFound("not_found", f"No webhook #{self.kwargs['pk']}.")
+            raise NotFound(ErrorCode.NOT_FOUND, f"No webhook #{self.kwargs['pk']}.")
         return webhook
 
     @extend_schema(request=WebhookSerializer, responses={201: WebhookSerializer})

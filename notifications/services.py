@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from config.errors import DomainError, NotPermitted
+from config.errors import DomainError, ErrorCode, NotPermitted
 from notifications import links
 from notifications.models import Delivery, EventType, Notice, NotificationPreference, Webhook
 from notifications.transports.webhook.targets import UnsafeTarget, check_url
@@ -338,7 +338,7 @@ def _manages_team(*, user, team_id: int) -> bool:
 
 def _check_event_list(events: list) -> list[str]:
     if not isinstance(events, list) or any(event not in EventType.values for event in events):
-        raise DomainError("unknown_event", f"Events must be a list of: {', '.join(EventType.values)}.")
+        raise DomainError(ErrorCode.UNKNOWN_EVENT, f"Events must be a list of: {', '.join(EventType.values)}.")
     return sorted(set(events))
 
 
@@ -358,12 +358,12 @@ def webhook_check_url(url: str) -> None:
     try:
         check_url(url)
     except UnsafeTarget as error:
-        raise DomainError("unsafe_webhook_url", str(error)) from None
+        raise DomainError(ErrorCode.UNSAFE_WEBHOOK_URL, str(error)) from None
 
 
 def webhook_create(*, actor, team_id: int, url: str, events: list | None = None, description: str = "") -> Webhook:
     if not _manages_team(user=actor, team_id=team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may manage the team's webhooks.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may manage the team's webhooks.")
     webhook_check_url(url)
     return Webhook.objects.create(
         team_id=team_id, url=url, events=_check_event_list(events or []), description=description, created_by=actor
@@ -372,7 +372,7 @@ def webhook_create(*, actor, team_id: int, url: str, events: list | None = None,
 
 def webhook_update(*, actor, webhook: Webhook, changes: dict) -> Webhook:
     if not _manages_team(user=actor, team_id=webhook.team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may manage the team's webhooks.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may manage the team's webhooks.")
     if "url" in changes:
         webhook_check_url(changes["url"])
         webhook.url = changes["url"]
@@ -389,7 +389,7 @@ def webhook_update(*, actor, webhook: Webhook, changes: dict) -> Webhook:
 
 def webhook_delete(*, actor, webhook: Webhook) -> None:
     if not _manages_team(user=actor, team_id=webhook.team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may manage the team's webhooks.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may manage the team's webhooks.")
     webhook.delete()
 
 

@@ -23,7 +23,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 from gpus.models import Gpu
 from reservations import calendar_feed, ical, profile_services, selectors, services
 from reservations.forms import BookingForm, ProfileForm, RescheduleForm, parse_local_or_aware
@@ -156,12 +156,13 @@ def calendar_events(request: HttpRequest) -> JsonResponse:
     end = parse_local_or_aware(request.GET.get("end", ""), request.tz)
     if start is None or end is None:
         return JsonResponse(
-            {"code": "invalid_range", "detail": "Give `start` and `end` as ISO-8601 date-times."}, status=400
+            {"code": ErrorCode.INVALID_RANGE, "detail": "Give `start` and `end` as ISO-8601 date-times."}, status=400
         )
     # Years near the ends of Python's calendar overflow in zone arithmetic; nobody books there.
     if end <= start or end - start > calendar_feed.MAX_FEED_RANGE or not 1970 <= start.year <= end.year <= 9000:
         return JsonResponse(
-            {"code": "invalid_range", "detail": "`end` must be after `start`, at most 42 days later."}, status=400
+            {"code": ErrorCode.INVALID_RANGE,
+             "detail": "`end` must be after `start`, at most 42 days later."}, status=400
         )
     feed = calendar_feed.calendar_feed(user=request.user, start=start, end=end, tz=request.tz, now=timezone.now())
     return JsonResponse(feed)
@@ -344,7 +345,7 @@ def reservation_cancel(request: HttpRequest, reservation_id: int) -> HttpRespons
             reservation_id=reservation_id, actor=request.user, now=timezone.now(), reason="cancelled in the calendar"
         )
     except DomainError as error:
-        if error.code == "not_found":
+        if error.code == ErrorCode.NOT_FOUND:
             raise Http404(error.detail) from None
         return _refused(request, reservation_id, error)
     return _after_change(request, reservation_id, f"Reservation #{reservation_id} cancelled.")
@@ -358,7 +359,7 @@ def reservation_release(request: HttpRequest, reservation_id: int) -> HttpRespon
             reservation_id=reservation_id, actor=request.user, now=timezone.now(), reason="released early by the user"
         )
     except DomainError as error:
-        if error.code == "not_found":
+        if error.code == ErrorCode.NOT_FOUND:
             raise Http404(error.detail) from None
         return _refused(request, reservation_id, error)
     return _after_change(request, reservation_id, f"Reservation #{reservation_id} released; the rest is free again.")
@@ -380,7 +381,7 @@ def reservation_reschedule(request: HttpRequest, reservation_id: int) -> HttpRes
             end=form.cleaned_data["end_utc"],
         )
     except DomainError as error:
-        if error.code == "not_found":
+        if error.code == ErrorCode.NOT_FOUND:
             raise Http404(error.detail) from None
         return _refused(request, reservation_id, error, form=form)
     return _after_change(request, reservation_id, f"Reservation #{reservation_id} now runs as shown.")
