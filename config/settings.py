@@ -133,6 +133,8 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 
 # --- gpubook ------------------------------------------------------------------------------
 GPUBOOK_SLOT_MINUTES = env_int("GPUBOOK_SLOT_MINUTES", 30, minimum=1)
+# Longest wait for a booking lock (PostgreSQL lock_timeout) before answering "busy, try again".
+GPUBOOK_BOOKING_LOCK_TIMEOUT_MS = env_int("GPUBOOK_BOOKING_LOCK_TIMEOUT_MS", 3000, minimum=1)
 # Usage factor for queued (backfill) runs against the monthly quota: idle time is cheaper.
 GPUBOOK_BACKFILL_USAGE_FACTOR = env_float("GPUBOOK_BACKFILL_USAGE_FACTOR", 0.5)
 GPUBOOK_STOP_GRACE_SECONDS = env_int("GPUBOOK_STOP_GRACE_SECONDS", 60, minimum=0)

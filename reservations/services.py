@@ -28,6 +28,7 @@ GPU_LOCK_NAMESPACE = 7_100_001
 # PostgreSQL SQLSTATEs that mean "another transaction got there first".
 EXCLUSION_VIOLATION = "23P01"
 RETRYABLE_SQLSTATES = {"40P01", "40001"}
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed
 
 
 def _slot_minutes() -> int:
@@ -66,7 +67,10 @@ def _audit(
 
 
 def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> None:
-    """Take the booking locks once, in the one fixed order every booking uses."""
+    """Take the booking locks once, in the one fixed order every booking uses. Only inside a
+    transaction: outside one, each lock would be released as soon as it was taken."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("booking locks must be taken inside transaction.atomic()")
     if connection.vendor != "postgresql":
         return  # SQLite: the IMMEDIATE transaction already holds the database write lock
     with connection.cursor() as cursor:
@@ -74,6 +78,17 @@ def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> None
         cursor.execute("SELECT 1 FROM reservations_team WHERE id = %s FOR UPDATE", [team_id])
         for gpu_id in sorted(set(gpu_ids)):
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [GPU_LOCK_NAMESPACE, gpu_id])
+
+
+def _limit_lock_waits() -> None:
+    """No booking waits for a lock longer than GPUBOOK_BOOKING_LOCK_TIMEOUT_MS (the rest of
+    this transaction only): a stuck holder turns into "busy, try again", not a hung request."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('lock_timeout', %s, true)", [f"{settings.GPUBOOK_BOOKING_LOCK_TIMEOUT_MS}ms"]
+        )
 
 
 def _describe_conflicts(rows: list[ReservationGpu], *, viewer_team_ids: set[int], is_admin: bool) -> list[dict]:
@@ -257,15 +272,23 @@ def _under_constraint(
 
 
 def _retrying(operation):
-    """Run `operation` in a fresh transaction, again if PostgreSQL chose it as a deadlock or
-    serialization victim: such an error is another booking winning, never the caller's fault."""
+    """Run `operation` in a fresh transaction with a bounded lock wait, again if PostgreSQL
+    chose it as a deadlock or serialization victim: such an error is another booking
+    winning, never the caller's fault. A lock wait that times out is "busy, try again"."""
     attempts = 3
     for attempt in range(1, attempts + 1):
         try:
             with transaction.atomic():
+                _limit_lock_waits()
                 return operation()
         except OperationalError as error:
-            if getattr(error.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+            sqlstate = getattr(error.__cause__, "sqlstate", None)
+            if sqlstate == LOCK_NOT_AVAILABLE:
+                raise Conflict(
+                    ErrorCode.BUSY, "Another change holds these GPUs or this team right now; please try again.",
+                    retry_after_s=1,
+                ) from error
+            if sqlstate not in RETRYABLE_SQLSTATES:
                 raise
             if attempt == attempts:
                 raise Conflict(ErrorCode.BUSY, "The booking system is busy; please try again.") from error
