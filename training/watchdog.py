@@ -33,6 +33,8 @@ from django.db.models import Count, Q
 
 from config.errors import DomainError
 from gpus.models import GpuSample
+from notifications import services as notices
+from notifications.models import EventType
 from reservations import services as reservation_services
 from reservations import timegrid
 from reservations.models import Reservation
@@ -40,9 +42,8 @@ from training.models import Run, RunMetric, TrainingJob
 
 logger = logging.getLogger(__name__)
 IDLE_COVERAGE = 0.9  # share of the window's GPU-minutes that must have telemetry
-IDLE_EVENT = "reservation.idle"
-ANOMALY_EVENT = "run.anomaly"
-_said_missing_event: set[str] = set()
+IDLE_EVENT = EventType.RESERVATION_IDLE
+ANOMALY_EVENT = EventType.RUN_ANOMALY
 
 
 @dataclasses.dataclass
@@ -69,16 +70,7 @@ def watchdog_tick(*, now: dt.datetime) -> WatchdogSummary:
 
 # --- notices -------------------------------------------------------------------------------------
 def _emit(*, event_type: str, team_id: int, user_id: int, payload: dict, now: dt.datetime, dedupe_key: str) -> bool:
-    """The one call site for the watchdog's own notices. They need event types the
-    notifications room may not define yet; until it does, say so once and send nothing."""
-    from notifications import services as notices
-    from notifications.models import EventType
-
-    if event_type not in EventType.values:
-        if event_type not in _said_missing_event:
-            logger.warning("notifications has no %r event type yet: the watchdog's notice was not sent", event_type)
-            _said_missing_event.add(event_type)
-        return False
+    """The one call site for the watchdog's own notices."""
     return notices.notice_emit(
         event_type=event_type, team_id=team_id, payload=payload, recipients=[user_id], now=now, dedupe_key=dedupe_key
     ) is not None
