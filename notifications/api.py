@@ -3,7 +3,6 @@
 Mounted by the lead under /api/v1/notifications/ (notifications/api_urls.py). Views parse,
 call one service, render; permissions live in the services."""
 
-from django.db.models import Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
@@ -62,7 +61,9 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         queryset = Webhook.objects.order_by("team_id", "id")
         if user.is_superuser:
             return queryset
-        return queryset.filter(Q(team__memberships__user=user, team__memberships__role="manager"))
+        from reservations import selectors  # the one permission layer (see notifications.services)
+
+        return queryset.filter(team_id__in=selectors.managed_team_ids(user=user))
 
     def get_object(self):
         webhook = self.get_queryset().filter(pk=self.kwargs["pk"]).first()

@@ -39,6 +39,14 @@ DELIVER_NOTICE_TASK = "notifications.deliver_notice"  # notifications.tasks.deli
 QUOTA_EVENTS = {"warning": EventType.QUOTA_WARNING, "exhausted": EventType.QUOTA_EXHAUSTED}
 
 
+def _permissions():
+    """The one permission layer, reservations.selectors. Imported when called: this room sits
+    below reservations (it imports nothing of it at load), as the module docstring says."""
+    from reservations import selectors
+
+    return selectors
+
+
 # --- the outbox ---------------------------------------------------------------------------
 
 
@@ -214,7 +222,7 @@ def notify_quota_crossing(*, team, before, after, now: dt.datetime, booker_id: i
     percent = after.crossed_percent
     figures = after.as_dict()
     quota = team.monthly_gpu_hours
-    managers = team.memberships.filter(role="manager").values_list("user_id", flat=True)
+    managers = _permissions().team_manager_ids(team_id=team.pk)
     return notice_emit(
         event_type=QUOTA_EVENTS[after.level],
         team_id=team.pk,
@@ -331,9 +339,7 @@ def notify_job_waiting(
 
 
 def _manages_team(*, user, team_id: int) -> bool:
-    if user.is_superuser:
-        return True
-    return user.memberships.filter(team_id=team_id, role="manager").exists()
+    return _permissions().user_can_manage_team(user=user, team_id=team_id)
 
 
 def _check_event_list(events: list) -> list[str]:

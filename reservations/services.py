@@ -21,7 +21,7 @@ from gpus.metrics import count_booking_conflict
 from gpus.models import Gpu
 from notifications import services as notices
 from reservations import selectors, timegrid
-from reservations.models import AuditEntry, Membership, Reservation, ReservationGpu, Team
+from reservations.models import AuditEntry, Reservation, ReservationGpu, Team
 
 # Namespace for pg_advisory_xact_lock(int, int): (this constant, gpu id).
 GPU_LOCK_NAMESPACE = 7_100_001
@@ -322,10 +322,6 @@ def _resolve_gpus(gpu_ids: Sequence[int]) -> list[Gpu]:
     return gpus
 
 
-def _member_role(*, user: AbstractBaseUser, team: Team) -> str | None:
-    return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
-
-
 def reservation_create(
     *,
     user: AbstractBaseUser,
@@ -338,7 +334,7 @@ def reservation_create(
 ) -> Reservation:
     """Book `gpu_ids` (one node) for [start, end) on behalf of `team`."""
     start, end = _validate_times(start=start, end=end)
-    if not user.is_superuser and _member_role(user=user, team=team) is None:
+    if not user.is_superuser and selectors.team_role(user=user, team_id=team.pk) is None:
         raise NotPermitted(ErrorCode.NOT_TEAM_MEMBER, f"You are not a member of {team.name}.")
     gpus = _resolve_gpus(gpu_ids)
     _validate_team_rules(team=team, start=start, end=end, now=now, check_start=True)
@@ -399,15 +395,10 @@ def _load_for_change(*, reservation_id: int, actor: AbstractBaseUser) -> Reserva
     reservation = Reservation.objects.select_related("team", "user").filter(pk=reservation_id).first()
     if reservation is None:
         raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation_id}.")
-    if actor.is_superuser or reservation.user_id == actor.pk:
-        return reservation
-    role = _member_role(user=actor, team=reservation.team)
-    if role is None:
-        raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation_id}.")  # do not reveal it
-    if role != Membership.Role.MANAGER:
-        raise NotPermitted(
-            ErrorCode.NOT_PERMITTED, "Only the booker, a team manager or an admin may change this booking."
-        )
+    selectors.require_can_change(
+        user=actor, obj=reservation, not_found=f"No reservation #{reservation_id}.",
+        not_permitted="Only the booker, a team manager or an admin may change this booking.",
+    )
     return reservation
 
 

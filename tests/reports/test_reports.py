@@ -194,8 +194,8 @@ def test_bad_parameters_are_explained_not_500(dataset):
         ("/reports/utilization/", {"from": "2025-01-01", "to": "2025-01-31"}, 6),
         # session, user, profile; reservations (with team, user, node), telemetry by reservation
         ("/reports/idle/", {"from": "2025-01-01", "to": "2025-01-31"}, 5),
-        # session, user; teams, reservations, backfill runs
-        ("/reports/quota/", {}, 5),
+        # session, user, profile (the viewer's zone, as every page); teams, bookings, backfill runs
+        ("/reports/quota/", {}, 6),
     ],
 )
 def test_query_budgets_do_not_grow_with_the_data(dataset, url, params, budget):
