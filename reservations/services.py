@@ -156,7 +156,8 @@ def _validate_team_rules(
             raise DomainError(
                 ErrorCode.TOO_SOON, f"{team.name} bookings need {team.min_notice_minutes} minutes' notice."
             )
-        if start > now + dt.timedelta(days=team.max_days_ahead):
+        # Compared as a duration (no date arithmetic), so any value the column holds is safe.
+        if start - now > dt.timedelta(days=min(team.max_days_ahead, dt.timedelta.max.days)):
             raise DomainError(
                 ErrorCode.TOO_FAR_AHEAD, f"{team.name} may book at most {team.max_days_ahead} days ahead."
             )

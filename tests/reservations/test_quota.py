@@ -189,7 +189,7 @@ def test_every_screen_reads_the_same_position(people, inventory, berlin_team, ba
     from reports import selectors as report_selectors
     from reservations import calendar_feed
     from scheduler.policy import Policy
-    from training import reconcile
+    from training import snapshot
 
     settings.GPUBOOK_BACKFILL_USAGE_FACTOR = 0.5
     berlin_team.monthly_gpu_hours = 20
@@ -207,7 +207,7 @@ def test_every_screen_reads_the_same_position(people, inventory, berlin_team, ba
     api.force_authenticate(people["owner"])
     team_row = next(item for item in api.get("/api/v1/teams/").json()["results"] if item["slug"] == "vision")
     assert team_row["usage"]["backfill_gpu_hours"] == round(position.backfill_gpu_hours, 2)
-    account = next(a for a in reconcile._team_accounts(now=now, policy=Policy()) if a.team == berlin_team.pk)
+    account = next(a for a in snapshot._team_accounts(now=now, policy=Policy()) if a.team == berlin_team.pk)
     assert account.quota_remaining_gpu_s == pytest.approx(position.remaining_gpu_s)
     admin = Client()
     admin.force_login(people["admin"])
