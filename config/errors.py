@@ -47,6 +47,9 @@ class ErrorCode(StrEnum):
     RESERVATION_OVER = "reservation_over"
     ALREADY_FINISHED = "already_finished"
     NOT_WAITING = "not_waiting"
+    RUN_ENDED = "run_ended"
+    ENGINE_NEEDS_NVIDIA = "engine_needs_nvidia"
+    NO_ADVICE = "no_advice"
     # telemetry
     INVALID_NODE_TOKEN = "invalid_node_token"  # noqa: S105 — a code, not a secret
     WRONG_NODE = "wrong_node"
@@ -112,6 +115,9 @@ ERROR_CODE_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.RESERVATION_OVER: "The booking has ended.",
     ErrorCode.ALREADY_FINISHED: "The job has already finished.",
     ErrorCode.NOT_WAITING: "The job is not waiting.",
+    ErrorCode.RUN_ENDED: "The run has ended; its report token no longer writes.",
+    ErrorCode.ENGINE_NEEDS_NVIDIA: "The requested export format needs an NVIDIA GPU the job does not get.",
+    ErrorCode.NO_ADVICE: "Batch advice is only for YOLO jobs with an allowed image.",
     ErrorCode.INVALID_NODE_TOKEN: "The node agent's token is missing or wrong.",
     ErrorCode.WRONG_NODE: "The token belongs to another node.",
     ErrorCode.INVALID_GPU: "A telemetry sample names an unknown GPU.",

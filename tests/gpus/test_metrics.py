@@ -15,10 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpus import metrics
 from gpus.models import GpuSample
 from reservations.models import Reservation
-from tests.gpus.factories import make_job, make_reservation, make_run
+from tests.factories import make_job, make_reservation, make_run
 from training.models import Run
 
-pytestmark = pytest.mark.urls("tests.gpus.urls_for_tests")
 DASHBOARD = Path(django_settings.BASE_DIR) / "deploy" / "grafana" / "gpubook.json"
 H = dt.timedelta(hours=1)
 

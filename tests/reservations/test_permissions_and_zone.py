@@ -8,7 +8,7 @@ from django.test import Client
 from config.errors import NotFound, NotPermitted
 from reservations import selectors
 from reservations.models import Membership, UserProfile
-from tests.gpus.factories import make_job, make_reservation
+from tests.factories import make_job, make_reservation
 
 SUBMITTED = dt.datetime(2031, 1, 15, 12, 0, tzinfo=dt.UTC)  # 13:00 in Berlin, 07:00 in New York
 

@@ -8,7 +8,7 @@ import pytest
 from gpus.models import GpuSample
 from reservations import selectors
 from reservations.models import Reservation
-from tests.gpus.factories import fill_samples, make_job, make_reservation, make_run
+from tests.factories import fill_samples, make_job, make_reservation, make_run
 from training import reconcile, watchdog
 from training.models import Run, RunMetric
 from training.watchdog import watchdog_tick
