@@ -50,6 +50,13 @@ class ErrorCode(StrEnum):
     RUN_ENDED = "run_ended"
     ENGINE_NEEDS_NVIDIA = "engine_needs_nvidia"
     NO_ADVICE = "no_advice"
+    # model registry
+    INVALID_NAME = "invalid_name"
+    INVALID_VERSION = "invalid_version"
+    RUN_NOT_SUCCEEDED = "run_not_succeeded"
+    NO_WEIGHTS = "no_weights"
+    ALREADY_PROMOTED = "already_promoted"
+    FILE_GONE = "file_gone"
     # telemetry
     INVALID_NODE_TOKEN = "invalid_node_token"  # noqa: S105 — a code, not a secret
     WRONG_NODE = "wrong_node"
@@ -118,6 +125,12 @@ ERROR_CODE_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.RUN_ENDED: "The run has ended; its report token no longer writes.",
     ErrorCode.ENGINE_NEEDS_NVIDIA: "The requested export format needs an NVIDIA GPU the job does not get.",
     ErrorCode.NO_ADVICE: "Batch advice is only for YOLO jobs with an allowed image.",
+    ErrorCode.INVALID_NAME: "A model name is lower-case letters, digits and dashes.",
+    ErrorCode.INVALID_VERSION: "A model version is malformed.",
+    ErrorCode.RUN_NOT_SUCCEEDED: "Only a run that succeeded can be promoted to a model version.",
+    ErrorCode.NO_WEIGHTS: "The run has no weights artifact to promote.",
+    ErrorCode.ALREADY_PROMOTED: "The run is already a version of that model.",
+    ErrorCode.FILE_GONE: "The model file is not on disk any more.",
     ErrorCode.INVALID_NODE_TOKEN: "The node agent's token is missing or wrong.",
     ErrorCode.WRONG_NODE: "The token belongs to another node.",
     ErrorCode.INVALID_GPU: "A telemetry sample names an unknown GPU.",
