@@ -12,15 +12,19 @@ import socket
 import subprocess
 import time
 import urllib.request
+import warnings
 from io import StringIO
 
+import kubernetes_validate
 import pytest
+import yaml
 from django.core.management import CommandError, call_command
 
 from training.models import TrainingImage
 from training.registry import RegistryError, parse_image, resolve_digest
 
 REGISTRY = shutil.which("docker-registry")
+PINNED = "sha256:" + "0f" * 32
 needs_registry = pytest.mark.skipif(
     REGISTRY is None and os.environ.get("CI") != "true",
     reason="needs Debian's docker-registry (make registry, or apt-get install docker-registry)",
@@ -175,3 +179,25 @@ def test_the_catalog_admin_shows_tag_and_digest(client, django_user_model):
     assert "v8n-cu118" in page and digest in page and "not pinned" in page
     page = client.get(f"/admin/training/trainingimage/{image.pk}/change/").content.decode()
     assert f"yolo@{digest}" in page
+
+
+@pytest.mark.django_db
+def test_the_catalog_configmap_lists_exactly_what_runs_pull(settings):
+    from training.execution import kubernetes_config_from_settings
+    from training.models import TrainingImage
+
+    settings.GPUBOOK_IMAGE_REGISTRY = "registry.example.com/training/"
+    TrainingImage.objects.all().delete()
+    TrainingImage.objects.create(name="yolo", tag="v8n-cu118", digest=PINNED)
+    TrainingImage.objects.create(name="yolo", tag="unpinned")
+    TrainingImage.objects.create(name="old", tag="v1", digest="sha256:" + "1" * 64, allowed=False)
+    out = StringIO()
+    call_command("images", "configmap", stdout=out)
+    configmap = yaml.safe_load(out.getvalue())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kubernetes_validate.validate(configmap, "1.30", strict=True)
+    assert configmap["metadata"] == {"name": "gpubook-image-catalog", "namespace": "gpubook",
+                                     "labels": {"app.kubernetes.io/part-of": "gpubook"}}
+    assert configmap["data"]["images"].split("\n") == [f"registry.example.com/training/yolo@{PINNED}"]
+    assert configmap["data"]["images"].split("\n")[0] in kubernetes_config_from_settings().image_allowlist

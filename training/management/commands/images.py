@@ -6,6 +6,7 @@ registry which manifest each tag points to now and stores that digest, so runs p
     manage.py images pin                 # every allowed image
     manage.py images pin yolo:v8n-cu118  # some
     manage.py images pin --plain-http    # a registry without TLS (loopback, a lab)
+    manage.py images configmap | kubectl apply -f -   # the catalog the admission policy reads
 
 Credentials: --username, and the password from $GPUBOOK_REGISTRY_PASSWORD (never argv).
 Images live at GPUBOOK_IMAGE_REGISTRY + name:tag.
@@ -13,6 +14,7 @@ Images live at GPUBOOK_IMAGE_REGISTRY + name:tag.
 
 import os
 
+import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
@@ -21,12 +23,32 @@ from training.models import TrainingImage
 from training.registry import RegistryError, resolve_digest
 
 
+def catalog_configmap(*, namespace: str) -> dict:
+    """Every allowed, pinned image exactly as runs name it (registry + name@digest), one per
+    line; unpinned images are left out: the admission policy admits digests only."""
+    pinned = [
+        settings.GPUBOOK_IMAGE_REGISTRY + image.pinned_reference
+        for image in TrainingImage.objects.filter(allowed=True).exclude(digest="")
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gpubook-image-catalog", "namespace": namespace,
+                     "labels": {"app.kubernetes.io/part-of": "gpubook"}},
+        "data": {"images": "\n".join(sorted(set(pinned)))},
+    }
+
+
 class Command(BaseCommand):
     help = "List the trainer image catalog, or pin its tags to the digests the registry serves."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
         sub.add_parser("list", help="name:tag, digest, allowed")
+        configmap = sub.add_parser(
+            "configmap", help="the ConfigMap deploy/kubernetes/admission-policy.yaml admits images from (YAML)"
+        )
+        configmap.add_argument("--namespace", default="gpubook")
         pin = sub.add_parser("pin", help="resolve digests from the registry and store them")
         pin.add_argument("images", nargs="*", help="name:tag (default: every allowed image)")
         pin.add_argument("--plain-http", action="store_true", help="the registry speaks HTTP, not HTTPS")
@@ -38,6 +60,9 @@ class Command(BaseCommand):
             for image in TrainingImage.objects.all():
                 state = "allowed" if image.allowed else "not allowed"
                 self.stdout.write(f"{image.reference}\t{image.digest or '(not pinned)'}\t{state}")
+            return
+        if action == "configmap":
+            self.stdout.write(yaml.safe_dump(catalog_configmap(namespace=options["namespace"]), sort_keys=False))
             return
         self._pin(**options)
 
