@@ -6,6 +6,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+import scheduler
 from gpus.models import Node
 from reservations.models import Reservation, Team
 
@@ -51,11 +52,9 @@ class TrainingImage(models.Model):
         return max(fitting)[1] if fitting else None
 
 
-class Priority(models.TextChoices):
-    LOW = "low", "Low"
-    MEDIUM = "medium", "Medium"
-    HIGH = "high", "High"
-    URGENT = "urgent", "Urgent"
+# The priority classes are the scheduling core's (scheduler.Priority), defined once there.
+Priority = models.TextChoices("Priority", [(member.name, (member.value, member.value.title())) for member in
+                                            scheduler.Priority])
 
 
 class TrainingJob(models.Model):
@@ -75,6 +74,9 @@ class TrainingJob(models.Model):
     name = models.CharField(max_length=200)
     image = models.ForeignKey(TrainingImage, on_delete=models.PROTECT, related_name="jobs")
     spec = models.JSONField(help_text="The validated job spec as submitted.")
+    # The parsed spec with its defaults filled in (jobspec.JobSpec.as_dict()); launch reads this,
+    # never the raw document, so a default lives only in the parser.
+    parsed_spec = models.JSONField(default=dict, blank=True, help_text="The normalized job spec.")
     argv = models.JSONField(default=list, blank=True, help_text="Explicit command (argv list), if any.")
     gpus_needed = models.PositiveSmallIntegerField(default=1)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.MEDIUM)

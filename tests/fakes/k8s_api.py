@@ -598,6 +598,11 @@ class FakeKubernetes:
         return 200, template
 
 
+# Called as listener(method, path, query) for every request any fake receives: the deployment
+# tests derive the scheduler's RBAC from what the executor really sends (tests/deploy/).
+REQUEST_LISTENERS: list[Any] = []
+
+
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeKubernetes
     protocol_version = "HTTP/1.1"  # keep-alive, like a real apiserver
@@ -626,6 +631,8 @@ class _Handler(BaseHTTPRequestHandler):
                     body,
                 )
             )
+        for listener in REQUEST_LISTENERS:
+            listener(self.command, parts.path, query)
         fault = fake._take_fault(self.command, parts.path)
         if fault is not None and fault.delay_s and fake._closing.wait(fault.delay_s):
             return  # shutting down
