@@ -251,7 +251,7 @@ def test_a_restarted_scheduler_adopts_the_job_it_finds_by_label(world, monkeypat
     def crash(**_):
         raise KeyboardInterrupt("scheduler killed")
 
-    monkeypatch.setattr("training.reconcile.run_handle_record", crash)
+    monkeypatch.setattr("training.launch.run_handle_record", crash)
     with pytest.raises(KeyboardInterrupt):
         world.tick(world.start)
     monkeypatch.undo()
