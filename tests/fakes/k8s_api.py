@@ -55,6 +55,7 @@ class RecordedRequest:
     query: dict[str, str]
     headers: dict[str, str]  # lower-case names
     body: Any
+    at: float = field(default_factory=time.time)  # when it arrived (wall clock), for timing
 
 
 @dataclass
