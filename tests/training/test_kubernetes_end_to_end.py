@@ -113,6 +113,7 @@ def world(tmp_path, settings, live_server):
     world = World(tmp_path, settings, live_server)
     yield world
     world.close()
+    assert not world.kubelet.errors  # the fake itself worked as documented
 
 
 def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(world):
@@ -133,6 +134,8 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     assert pod_spec["containers"][0]["image"] == f"yolo@{DIGEST}"
     assert pod_spec["imagePullSecrets"] == [{"name": "gpubook-registry"}]
     assert pod_spec["terminationGracePeriodSeconds"] == GRACE
+    wait_for(lambda: [pod["status"]["phase"] for pod in world.fake.pods_of(NS, f"gpubook-run-{run.pk}")] == ["Running"],
+             what="the pod running")
     wait_for(lambda: RunMetric.objects.filter(run=run, event="epoch").exists(), what="a first epoch reported")
     assert world.tick(world.start + 10 * MIN).stopped == []  # mid-slot: nothing to do
 
