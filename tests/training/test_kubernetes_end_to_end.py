@@ -134,6 +134,7 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     assert pod_spec["containers"][0]["image"] == f"yolo@{DIGEST}"
     assert pod_spec["imagePullSecrets"] == [{"name": "gpubook-registry"}]
     assert pod_spec["terminationGracePeriodSeconds"] == GRACE
+    assert create.body["spec"]["activeDeadlineSeconds"] == 3600  # the backstop: the slot's end
     wait_for(lambda: [pod["status"]["phase"] for pod in world.fake.pods_of(NS, f"gpubook-run-{run.pk}")] == ["Running"],
              what="the pod running")
     wait_for(lambda: RunMetric.objects.filter(run=run, event="epoch").exists(), what="a first epoch reported")
@@ -143,6 +144,7 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     report = world.tick(end - dt.timedelta(seconds=GRACE))
     assert report.stopped == [run.pk]
     assert_stopped_with_grace(world)
+    assert world.pod_deletes()  # the runner takes seconds to save: its pod was still there to delete
     [ended] = wait_for(lambda: world.kubelet.terminations, what="the runner to exit")
     assert ended.exit_code == 75 and ended.sigkill_at is None
     message = json.loads(ended.message)  # the termination message, as the kubelet reported it
