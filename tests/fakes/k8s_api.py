@@ -779,6 +779,10 @@ class FakeKubelet:
         container = self._containers.get((namespace, pod))
         return container is not None and container.process.poll() is None
 
+    def signals(self) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+        """Live containers by (namespace, pod): when SIGTERM and SIGKILL were sent (or None)."""
+        return {key: (c.sigterm_at, c.sigkill_at) for key, c in list(self._containers.items())}
+
     def processes(self) -> dict[tuple[str, str], int]:
         """Live container processes by (namespace, pod): their pids."""
         return {key: c.process.pid for key, c in list(self._containers.items()) if c.process.poll() is None}

@@ -229,8 +229,7 @@ def test_a_run_ignoring_sigterm_is_killed_at_slot_end(world):
     wait_for(lambda: world.kubelet.processes(), what="the process to start")
 
     world.tick(booking.end - dt.timedelta(seconds=GRACE))  # stop: SIGTERM, which it ignores
-    wait_for(lambda: world.kubelet._containers and next(iter(world.kubelet._containers.values())).sigterm_at,
-             what="SIGTERM")
+    wait_for(lambda: [sigterm for sigterm, _ in world.kubelet.signals().values() if sigterm], what="SIGTERM")
     world.tick(booking.end - dt.timedelta(seconds=GRACE - 10))
     assert Run.objects.get().state == Run.State.STOPPING and world.kubelet.processes()  # still in its grace
 
