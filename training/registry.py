@@ -1,134 +1,124 @@
-"""Resolve an image tag to its manifest digest through the OCI distribution API.
+"""The model registry: a run's best weights promoted to a named, versioned model of its team
+("vision/pcb-defect" v3), with the metrics, data and spec that made them frozen on the version.
 
-`HEAD /v2/<repository>/manifests/<tag>` with the manifest media types in `Accept`; the answer's
-`Docker-Content-Digest` is the digest (`sha256:…`) that Kubernetes pulls by when a Job names
-`repository@sha256:…`. Where a registry sends no digest on HEAD, the manifest is fetched and
-hashed (the digest of a manifest is the sha256 of its bytes). Registries that want a token
-answer 401 with `WWW-Authenticate: Bearer realm=…,service=…,scope=…`; the token is fetched
-(with basic credentials, if given) and the request repeated. Standard library only.
+Writes (``model_promote``) and reads (``models_visible_to``, ``version_compare``, the export
+files of a version) for the pages and the API alike.
 """
 
-from __future__ import annotations
-
-import base64
-import hashlib
-import json
+import datetime as dt
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass
+from pathlib import Path
 
-MANIFEST_TYPES = (
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-)
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-DOCKER_HUB = "registry-1.docker.io"
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Max, QuerySet
 
+from config.errors import Conflict, DomainError, NotFound
+from reservations.models import Membership, Team
+from training.models import Artifact, ModelVersion, RegisteredModel, Run, RunMetric
 
-class RegistryError(Exception):
-    """The digest could not be resolved; the message says why, for a person."""
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
+# Shown first when two versions are compared; any other metric the runs reported follows.
+HEADLINE_METRICS = ("mAP50-95", "mAP50", "precision", "recall", "fitness")
 
 
-@dataclass(frozen=True)
-class ImageName:
-    registry: str  # host[:port]
-    repository: str
-    tag: str
-
-    def __str__(self) -> str:
-        return f"{self.registry}/{self.repository}:{self.tag}"
+def final_metrics(run: Run) -> dict:
+    """The run's last validation figures: "final" (best.pt validated) comes after the epochs."""
+    values: dict = {}
+    for metric in RunMetric.objects.filter(run=run, event__in=("final", "epoch")).order_by("id"):
+        values = metric.values
+    return {key: value for key, value in values.items() if isinstance(value, int | float)}
 
 
-def parse_image(reference: str) -> ImageName:
-    """`host:port/team/yolo:v8n` → (host:port, team/yolo, v8n); Docker Hub when no host."""
-    if "@" in reference:
-        raise RegistryError(f"{reference} is already pinned to a digest")
-    first, _, rest = reference.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        registry, path = first, rest
-    else:
-        registry, path = DOCKER_HUB, reference
-        if "/" not in path:
-            path = f"library/{path}"
-    repository, _, tag = path.rpartition(":") if ":" in path.rsplit("/", 1)[-1] else (path, "", "latest")
-    if not repository or not re.match(r"^[a-z0-9]+([._/-][a-z0-9]+)*$", repository):
-        raise RegistryError(f"{reference}: bad repository name {repository!r}")
-    return ImageName(registry, repository, tag or "latest")
+def _may_use_team(user: AbstractBaseUser, team: Team) -> bool:
+    return user.is_superuser or Membership.objects.filter(user=user, team=team).exists()
 
 
-def resolve_digest(
-    reference: str,
-    *,
-    plain_http: bool = False,
-    username: str = "",
-    password: str = "",
-    timeout_s: float = 10.0,
-) -> str:
-    """The manifest digest `reference` (repository:tag) points to now."""
-    image = parse_image(reference)
-    scheme = "http" if plain_http else "https"
-    url = f"{scheme}://{image.registry}/v2/{image.repository}/manifests/{urllib.parse.quote(image.tag)}"
-    headers = {"Accept": ", ".join(MANIFEST_TYPES)}
-    if username:
-        headers["Authorization"] = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
-    for method in ("HEAD", "GET"):
-        status, answer_headers, body = _request(method, url, headers, timeout_s)
-        if status == 401:
-            headers["Authorization"] = _authorize(answer_headers, username, password, timeout_s, image)
-            status, answer_headers, body = _request(method, url, headers, timeout_s)
-        if status == 404:
-            raise RegistryError(f"{image}: no such manifest (is the tag pushed?)")
-        if status == 401 or status == 403:
-            raise RegistryError(f"{image}: the registry refused access ({status}); give credentials")
-        if status != 200:
-            raise RegistryError(f"{image}: the registry answered {status}")
-        digest = answer_headers.get("docker-content-digest", "")
-        if DIGEST.match(digest):
-            return digest
-        if method == "GET":
-            return "sha256:" + hashlib.sha256(body).hexdigest()
-    raise RegistryError(f"{image}: no digest in the registry's answer")  # pragma: no cover
-
-
-def _request(method: str, url: str, headers: dict[str, str], timeout_s: float) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, method=method, headers=headers)  # noqa: S310 (http/https only)
+def model_promote(*, run_id: int, name: str, actor: AbstractBaseUser, now: dt.datetime, note: str = "") -> ModelVersion:
+    """Promote a succeeded run's best weights to the next version of its team's model ``name``
+    (created on first promotion). Versions count 1, 2, 3… per model; two promotions at once
+    are serialized by a lock on the model row, and the unique constraint is the last word."""
+    if not isinstance(name, str) or not NAME.match(name):
+        raise DomainError("invalid_name", "A model name is lower-case letters, digits and dashes (e.g. pcb-defect).")
+    run = Run.objects.select_related("job__team").filter(pk=run_id).first()
+    if run is None or not _may_use_team(actor, run.job.team):
+        raise NotFound("not_found", f"No run #{run_id}.")
+    if run.state != Run.State.SUCCEEDED:
+        raise Conflict("run_not_succeeded", f"Run #{run.pk} has not succeeded ({run.state}); only finished "
+                                            "trainings can be promoted.")
+    weights = Artifact.objects.filter(run=run, name="best.pt").first()
+    if weights is None:
+        raise Conflict("no_weights", f"Run #{run.pk} has no best.pt artifact to promote.")
+    team = run.job.team
+    spec = run.job.spec or {}
+    yolo = spec.get("yolo") if isinstance(spec.get("yolo"), dict) else {}
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, {k.lower(): v for k, v in error.headers.items()}, b""
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise RegistryError(f"{url}: the registry is unreachable ({reason})") from error
+        with transaction.atomic():
+            model, _ = RegisteredModel.objects.get_or_create(team=team, name=name, defaults={"created_at": now})
+            model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+            if ModelVersion.objects.filter(model=model, run=run).exists():
+                raise Conflict("already_promoted", f"Run #{run.pk} is already a version of {model.full_name}.")
+            latest = ModelVersion.objects.filter(model=model).aggregate(latest=Max("version"))["latest"] or 0
+            return ModelVersion.objects.create(
+                model=model, version=latest + 1, run=run, metrics=final_metrics(run), data=str(yolo.get("data", "")),
+                spec=spec, weights_sha256=weights.sha256, note=note[:500], promoted_by=actor, promoted_at=now,
+            )
+    except IntegrityError as error:  # a concurrent first promotion created the same model
+        raise Conflict("busy", "Another promotion of this model happened at the same moment; try again.") from error
 
 
-def _authorize(headers: dict[str, str], username: str, password: str, timeout_s: float, image: ImageName) -> str:
-    challenge = headers.get("www-authenticate", "")
-    scheme, _, params = challenge.partition(" ")
-    if scheme.lower() == "basic":
-        if not username:
-            raise RegistryError(f"{image}: the registry wants a user name and password")
-        return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
-    if scheme.lower() != "bearer":
-        raise RegistryError(f"{image}: unsupported authentication {challenge!r}")
-    fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
-    realm = fields.pop("realm", "")
-    if not realm.startswith(("https://", "http://")):
-        raise RegistryError(f"{image}: bad token realm {realm!r}")
-    fields.setdefault("scope", f"repository:{image.repository}:pull")
-    token_headers = {}
-    if username:
-        token_headers["Authorization"] = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
-    status, _, body = _request("GET", f"{realm}?{urllib.parse.urlencode(fields)}", token_headers, timeout_s)
-    if status != 200:
-        raise RegistryError(f"{image}: the token service answered {status}")
-    try:
-        answer = json.loads(body)
-        token = answer.get("token") or answer["access_token"]
-    except (ValueError, KeyError, AttributeError) as error:
-        raise RegistryError(f"{image}: the token service sent no token") from error
-    return f"Bearer {token}"
+def models_visible_to(*, user: AbstractBaseUser) -> QuerySet[RegisteredModel]:
+    models = RegisteredModel.objects.select_related("team")
+    if user.is_superuser:
+        return models
+    return models.filter(team__in=Team.objects.filter(memberships__user=user))
+
+
+def model_get(*, user: AbstractBaseUser, team_slug: str, name: str) -> RegisteredModel:
+    model = models_visible_to(user=user).filter(team__slug=team_slug, name=name).first()
+    if model is None:
+        raise NotFound("not_found", f"No model {team_slug}/{name}.")
+    return model
+
+
+def model_by_id(*, user: AbstractBaseUser, model_id: int) -> RegisteredModel:
+    model = models_visible_to(user=user).filter(pk=model_id).first()
+    if model is None:
+        raise NotFound("not_found", f"No model #{model_id}.")
+    return model
+
+
+def version_get(*, model: RegisteredModel, version: int) -> ModelVersion:
+    found = model.versions.select_related("run", "promoted_by").filter(version=version).first()
+    if found is None:
+        raise NotFound("not_found", f"{model.full_name} has no version {version}.")
+    return found
+
+
+def version_compare(*, a: ModelVersion, b: ModelVersion) -> list[dict]:
+    """Rows of {"metric", "a", "b", "change"} for every metric either version has: the
+    headline metrics first, then the rest by name. ``change`` is b − a where both are numbers."""
+    names = [key for key in HEADLINE_METRICS if key in a.metrics or key in b.metrics]
+    names += sorted((set(a.metrics) | set(b.metrics)) - set(names))
+    rows = []
+    for name in names:
+        left, right = a.metrics.get(name), b.metrics.get(name)
+        change = right - left if isinstance(left, int | float) and isinstance(right, int | float) else None
+        rows.append({"metric": name, "a": left, "b": right, "change": change})
+    return rows
+
+
+def version_files(*, version: ModelVersion) -> list[Artifact]:
+    """The version's downloadable files: its weights and every export of its run."""
+    return list(Artifact.objects.filter(run=version.run).order_by("name"))
+
+
+def version_file_path(*, version: ModelVersion, name: str) -> Path:
+    artifact = Artifact.objects.filter(run=version.run, name=name).first()
+    if artifact is None:
+        raise NotFound("not_found", f"{version} has no file {name!r}.")
+    base = Path(version.run.output_dir).resolve()
+    path = (base / artifact.path).resolve()
+    if not path.is_relative_to(base) or not path.is_file():  # never serve outside the run's folder
+        raise NotFound("file_gone", f"{name} of {version} is not on disk any more.")
+    return path

@@ -21,7 +21,7 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from training.models import TrainingImage
-from training.registry import RegistryError, parse_image, resolve_digest
+from training.oci_registry import RegistryError, parse_image, resolve_digest
 
 REGISTRY = shutil.which("docker-registry")
 PINNED = "sha256:" + "0f" * 32

@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from training.models import TrainingImage
-from training.registry import RegistryError, resolve_digest
+from training.oci_registry import RegistryError, resolve_digest
 
 
 def catalog_configmap(*, namespace: str) -> dict:
