@@ -26,7 +26,7 @@ from training.executors.kubernetes import KubernetesExecutor
 from training.models import Run, RunMetric, TrainingImage, TrainingJob
 from training.reconcile import reconcile
 from training.runner.dataset import make_demo_dataset
-from training.services import job_attach, job_cancel, job_submit
+from training.services import job_cancel, job_submit
 
 pytestmark = [pytest.mark.training, pytest.mark.django_db(transaction=True)]
 H = dt.timedelta(hours=1)
@@ -160,10 +160,11 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     assert job.state == TrainingJob.State.QUEUED and job.checkpoint_path == run.checkpoint_path
     assert world.fake.job(NS, f"gpubook-run-{run.pk}") is None  # cleaned up after recording
 
-    # The next booking: a new Job resumes from that checkpoint and finishes.
+    # The slot is over: the job moves to its owner's next booking (then: next_booking), where a
+    # new Job resumes from that checkpoint and finishes.
+    world.tick(end)
     job.refresh_from_db()
-    if job.reservation_id != second.pk:  # until `then: next_booking` moves it by itself
-        job_attach(job_id=job.pk, reservation_id=second.pk, actor=world.user, now=end)
+    assert job.then == "next_booking" and job.reservation_id == second.pk
     report = world.tick(second.start)
     resumed = Run.objects.exclude(pk=run.pk).get()
     assert report.started == [resumed.pk]
