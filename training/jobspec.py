@@ -38,7 +38,7 @@ TOP_LEVEL = {
     "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
     "estimated_duration", "checkpointable", "then", "then_team",
 }
-YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export"}
+YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export", "allow_gpu_count_change"}
 DEFAULT_EXPORT = ("onnx",)
 RESOURCE_KEYS = {"gpu", "memory", "cpu"}
 PRIORITIES = tuple(priority.value for priority in Priority)  # defined once, in the scheduling core
@@ -67,6 +67,7 @@ class YoloTask:
     batch: int | None
     extra: Mapping[str, Any]
     export: tuple[str, ...] | None = None
+    allow_gpu_count_change: bool = False  # resume a checkpoint trained on another number of GPUs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,11 +205,8 @@ def parse_job_spec(
         else:
             argv = tuple(command)
     else:
+        # Several GPUs of one node: the runner launches one DDP worker per GPU (runner/ddp.py).
         yolo_task = _parse_yolo(yolo, data_roots, problems)
-        if gpus > 1:
-            # Ultralytics' multi-GPU (DDP) mode re-creates the runner's stop callbacks in
-            # subprocesses, where a clean checkpoint on SIGTERM is not yet guaranteed.
-            problems.append(("resources.gpu", "YOLO jobs run on one GPU for now; use a `command` job for more"))
 
     timeout_s = _duration(document.get("timeout"), "timeout", problems)
     estimate_s = _duration(document.get("estimated_duration"), "estimated_duration", problems)
@@ -259,6 +257,9 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         problems.append(("yolo.export", f"expected a list drawn from {', '.join(EXPORT_FORMATS)} "
                                         f"(or [] for none), got {export!r}"))
         export = list(DEFAULT_EXPORT)
+    allow_gpu_count_change = yolo.get("allow_gpu_count_change", False)
+    if not isinstance(allow_gpu_count_change, bool):
+        problems.append(("yolo.allow_gpu_count_change", "expected true or false (resume on another number of GPUs)"))
     extra = yolo.get("extra", {}) or {}
     if not isinstance(extra, Mapping):
         problems.append(("yolo.extra", "expected a mapping of Ultralytics train arguments"))
@@ -270,7 +271,8 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         elif not check(value):
             problems.append((f"yolo.extra.{key}", f"{value!r} is not a valid value"))
     return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra),
-                    export=tuple(dict.fromkeys(export)) if export is not None else None)
+                    export=tuple(dict.fromkeys(export)) if export is not None else None,
+                    allow_gpu_count_change=allow_gpu_count_change is True)
 
 
 # --- seed-style job files -------------------------------------------------------------------

@@ -196,7 +196,7 @@ def test_the_runs_spec_gets_the_images_defaults_and_the_table_batch(people, card
     image = TrainingImage.objects.get(tag="v8n-cu118")
     image.default_hyperparameters = {"imgsz": 320, "epochs": 50, "optimizer": "SGD", "save_period": 4}
     image.save()
-    raw = document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02})
+    raw = document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02}, allow_gpu_count_change=True)
     parsed = parse_job_spec(raw, allowed_images={"yolo:v8n-cu118"}, data_roots=data_roots_for(people["vision"]),
                             max_gpus=2)
     job = TrainingJob.objects.create(
@@ -211,6 +211,7 @@ def test_the_runs_spec_gets_the_images_defaults_and_the_table_batch(people, card
     assert (spec["epochs"], spec["imgsz"], spec["batch"]) == (3, 320, 96)
     assert spec["export"] == ["onnx", "torchscript"]
     assert spec["extra"] == {"optimizer": "SGD", "save_period": 4, "lr0": 0.02}
+    assert spec["allow_gpu_count_change"] is True
     # What the runner takes: its own strict parser accepts the same fields.
     from training.runner.spec import EXTRA_ARGS
 
