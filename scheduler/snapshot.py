@@ -65,7 +65,7 @@ class RunKind(StrEnum):
 
 
 class ReservationStatus(StrEnum):
-    PENDING_APPROVAL = "pending_approval"
+    PENDING = "pending"  # waiting for a team manager's approval (the word Django uses)
     CONFIRMED = "confirmed"
     ACTIVE = "active"
     COMPLETED = "completed"
