@@ -199,6 +199,9 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 # Notifications (notifications/): the outbox is drained by the loop and by Celery.
 GPUBOOK_REMINDER_MINUTES = env_int("GPUBOOK_REMINDER_MINUTES", 15, minimum=0)  # 0: no reminders
 GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES = env_int("GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES", 60, minimum=1)
+# Queued jobs' position and estimated start (training/queue.py) are re-planned at most this often:
+# rolling plan() forward costs more than a tick, and an estimate minutes old is still useful.
+GPUBOOK_QUEUE_ESTIMATE_SECONDS = env_int("GPUBOOK_QUEUE_ESTIMATE_SECONDS", 30, minimum=0)
 GPUBOOK_WEBHOOK_TIMEOUT_SECONDS = env_int("GPUBOOK_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
 # Webhook targets in private, loopback or link-local ranges are refused unless listed here.
 GPUBOOK_WEBHOOK_ALLOWED_NETWORKS = env_list("GPUBOOK_WEBHOOK_ALLOWED_NETWORKS", [])
