@@ -116,6 +116,9 @@ class TrainingJob(models.Model):
     estimated_start = models.DateTimeField(null=True, blank=True)
     wait_reason = models.CharField(max_length=300, blank=True)
     estimated_at = models.DateTimeField(null=True, blank=True)
+    # The run time backfill plans with (training/runtime.py): predicted at submit, with its source.
+    predicted_duration_s = models.PositiveIntegerField(null=True, blank=True)
+    runtime_source = models.CharField(max_length=8, blank=True)
     waiting_for = models.CharField(max_length=8, choices=WaitingFor.choices, default=WaitingFor.SLOT, blank=True)
     submitted_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -13,7 +13,7 @@ from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from gpus.models import Gpu
 from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, Team
-from training import seed_style
+from training import runtime, seed_style
 from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, Then, TrainingImage, TrainingJob, WaitingFor, hash_token
 from training.run_state import run_request_stop
@@ -97,9 +97,13 @@ def job_submit(
         epochs_total = advice.yolo_advice(
             yolo=spec.as_dict()["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
         )[0].epochs
+    predicted = runtime.job_runtime_predict(
+        user_id=user.pk, image_id=images[spec.image].pk, parsed_spec=spec.as_dict(), gpus=spec.gpus,
+        user_estimate_s=spec.estimated_duration_s,
+    )
     return TrainingJob.objects.create(
         team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),
-        parsed_spec=spec.as_dict(),
+        parsed_spec=spec.as_dict(), **runtime.predicted_fields(predicted),
         argv=list(spec.command), gpus_needed=spec.gpus, priority=spec.priority, timeout_s=spec.timeout_s,
         estimated_duration_s=spec.estimated_duration_s, checkpointable=spec.checkpointable,
         reservation=reservation, epochs_total=epochs_total, submitted_at=now,

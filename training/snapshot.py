@@ -8,6 +8,8 @@ Nothing here decides anything; `scheduler.plan()` does.
 import datetime as dt
 from collections import defaultdict
 
+from django.db.models.functions import Coalesce
+
 import scheduler
 from gpus.models import Gpu
 from reservations import selectors as reservation_selectors
@@ -57,8 +59,9 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
         in TrainingJob.objects.filter(
             state=TrainingJob.State.QUEUED, reservation__isnull=True, waiting_for=WaitingFor.SLOT
         ).values_list(
-            "pk", "team_id", "user_id", "gpus_needed", "submitted_at", "priority", "estimated_duration_s",
-            "checkpointable", "times_preempted", "timeout_s",
+            # The prediction from the owner's history (training/runtime.py) before the user's own estimate.
+            "pk", "team_id", "user_id", "gpus_needed", "submitted_at", "priority",
+            Coalesce("predicted_duration_s", "estimated_duration_s"), "checkpointable", "times_preempted", "timeout_s",
         )
     )
     runs = tuple(

@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+import scheduler
 from config.errors import DomainError
 from reservations.models import Reservation
 from reservations.selectors import reservations_visible_to
@@ -20,6 +21,7 @@ from training import advice, selectors, services
 from training.execution import executor_from_settings
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
 from training.run_state import run_handle
+from training.runtime import duration_words
 
 LOSS_KEYS = ("box_loss", "cls_loss", "dfl_loss", "val_box_loss", "val_cls_loss", "val_dfl_loss")
 QUALITY_KEYS = ("mAP50", "mAP50-95", "precision", "recall")
@@ -127,6 +129,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     return render(request, "training/job_detail.html", {
         "nav": "jobs", "job": job, "runs": runs, "progress": _progress(job, runs[0] if runs else None),
         "spec_text": json.dumps(job.spec, indent=2), "bookings": bookings,
+        "runtime_words": duration_words(job.predicted_duration_s or scheduler.DEFAULT_POLICY.default_estimate_s),
         "booking": job.reservation if job.reservation_id else None,
     })
 

@@ -74,3 +74,43 @@ def test_api_job_page_and_queue_page_show_the_estimate_anonymised_for_others(wor
     assert "secret-experiment" in ours and "secret-experiment" not in theirs
     assert theirs.count("another team's job") == 1  # the queued one; the running job is not queued
     assert TrainingJob.objects.filter(state=TrainingJob.State.QUEUED).count() == 1
+
+
+# --- runtime prediction (training/runtime.py) -------------------------------------------------
+def finish(world, job, hours):  # noqa: F811
+    """Record `job` as having run `hours` and succeeded, as reconcile would."""
+    started = START - 10 * H
+    Run.objects.create(
+        job=job, kind=Run.Kind.BACKFILL, node=world["gpus"][0].node, gpu_ids=[world["gpus"][0].pk], gpu_indices=[0],
+        created_at=started, started_at=started, ended_at=started + hours * H, must_end_by=started + 24 * H,
+        state=Run.State.SUCCEEDED,
+    )
+    TrainingJob.objects.filter(pk=job.pk).update(state=TrainingJob.State.SUCCEEDED, finished_at=started + hours * H)
+
+
+def test_runtime_predicted_from_similar_history_then_user_then_default(world):  # noqa: F811
+    fresh = submit(world, command_spec("fresh"))
+    assert (fresh.predicted_duration_s, fresh.runtime_source) == (None, "default")
+    told = submit(world, command_spec("told", estimated_duration="90m"))
+    assert (told.predicted_duration_s, told.runtime_source) == (90 * 60, "user")
+
+    finish(world, fresh, hours=3)
+    finish(world, told, hours=5)  # same argv and image: both are "similar"
+    again = submit(world, command_spec("again", estimated_duration="10m"))
+    assert again.runtime_source == "history" and again.predicted_duration_s == 4 * 3600  # mean of the last two
+
+    page = client_for(world["user"]).get(f"/jobs/{again.pk}/").content.decode()
+    assert "from your recent runs of similar jobs" in page
+
+
+def test_the_scheduler_plans_with_the_prediction_not_the_optimistic_estimate(world):  # noqa: F811
+    earlier = submit(world, whole_node("whole", "10m"))
+    finish(world, earlier, hours=4)
+    blocker = submit(world, whole_node("whole", "10m"))  # says ten minutes; its history says four hours
+    behind = submit(world, whole_node("behind", "30m"))
+    assert (blocker.runtime_source, blocker.predicted_duration_s) == ("history", 4 * 3600)
+
+    tick(world, START)
+    assert Run.objects.get(state__in=Run.LIVE).job_id == blocker.pk
+    behind.refresh_from_db()
+    assert behind.estimated_start == START + 4 * H
