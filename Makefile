@@ -59,7 +59,8 @@ test-sqlite: install
 bench: install
 	$(BIN)/python benchmarks/run_all.py
 
-# Trainer images (deploy/images): needs a Docker engine; says SKIPPED where there is none.
+# The app image and the trainer images (deploy/images): needs a Docker engine; says SKIPPED
+# where there is none.
 images:
 	bash deploy/images/build.sh
 
