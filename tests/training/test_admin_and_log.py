@@ -55,8 +55,10 @@ def test_admin_pages_for_images_jobs_runs(client, people, run):
 
 @pytest.mark.django_db
 def test_run_page_shows_the_log_as_a_terminal_would(client, people, run, settings):
-    from training.executors.base import run_name
+    from training.executors.base import Handle, run_name
 
+    run.handle = Handle(run_id=run.pk, name=run_name(run.pk), executor="local").as_dict()
+    run.save(update_fields=["handle"])
     log = settings.VAR_DIR / "executor" / "logs" / f"{run_name(run.pk)}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("\x1b[34mEpoch 1/3\x1b[0m\n  10%|#\r  60%|###\r 100%|#####\nsaved\n")
