@@ -31,3 +31,7 @@ def preferences_url() -> str:
 
 def approvals_url() -> str:
     return f"{base_url()}/approvals/"
+
+
+def calendar_url() -> str:
+    return f"{base_url()}/calendar/"

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 
 from config.errors import Conflict, DomainError, NotFound
 from gpus.models import Gpu
+from notifications import links
 from notifications.models import EventType
 from notifications.services import notice_emit
 from reservations import selectors, services
@@ -71,7 +72,7 @@ def _slot_payload(entry: WaitlistEntry) -> dict:
     gpus = Gpu.objects.filter(pk__in=entry.gpu_ids).select_related("node").order_by("index")
     return {"slot": {"node": gpus[0].node.name if gpus else "", "gpus": [g.index for g in gpus],
                      "gpu_ids": entry.gpu_ids, "start": entry.start.isoformat(), "end": entry.end.isoformat()},
-            "waitlist_entry": entry.pk}
+            "waitlist_entry": entry.pk, "url": links.calendar_url()}
 
 
 def _decide(entry: WaitlistEntry, *, state: str, now: dt.datetime, **fields) -> bool:
@@ -116,7 +117,8 @@ def waitlist_run_once(*, now: dt.datetime) -> dict[str, int]:
             _decide(entry, state=WaitlistEntry.State.BOOKED, now=now, reservation=booked,
                     outcome=f"booked as #{booked.pk}")
             notice_emit(event_type=EventType.WAITLIST_BOOKED, team_id=None,
-                        payload={**_slot_payload(entry), "reservation_id": booked.pk}, recipients=[entry.user_id],
+                        payload={**_slot_payload(entry), "reservation_id": booked.pk,
+                                 "url": links.reservation_url(booked.pk)}, recipients=[entry.user_id],
                         now=now, dedupe_key=f"waitlist-{entry.pk}-booked")
         done["booked"] += 1
     return done
