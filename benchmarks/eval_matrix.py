@@ -134,8 +134,9 @@ def parse_overrides(texts: list[str]) -> dict[str, object]:
 
 
 def run_cell(task: tuple) -> dict:
-    """One replay: (trace window, load, share, seed, policy name, gpubook overrides)."""
-    setup, load, share, seed, name, overrides = task
+    """One replay: (trace window, load, share, seed, policy name, gpubook overrides,
+    static booking placement)."""
+    setup, load, share, seed, name, overrides, static_booking = task
     window = setup.window
     trace = read_trace(TRACES_DIR / setup.file, window)
     offered = offered_gpus(trace, window)
@@ -152,7 +153,7 @@ def run_cell(task: tuple) -> dict:
     result, wall_s = run_policy(
         name, workload, gpus_total=gpus_total, gpus_per_node=GPUS_PER_NODE,
         restart_overhead_s=RESTART_OVERHEAD_S, load=actual_load, grace_s=GRACE_S,
-        policy=policy,
+        policy=policy, run_aware_booking=False if static_booking else None,
     )
     metrics = compute_metrics(
         result, workload, policy_name=name, gpus_total=gpus_total, window=window,
@@ -289,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--gpubook", action="append", default=[],
                         help="FIELD=VALUE: a gpubook Policy variant (repeatable)")
+    parser.add_argument("--static-booking", action="store_true",
+                        help="gpubook keeps the workload's blind booking placement too")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--html", type=Path)
@@ -303,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         policies.insert(0, "fifo")  # the targets are relative to FIFO
     overrides = parse_overrides(arguments.gpubook)
     tasks = [
-        (setup, load, share, seed, name, overrides)
+        (setup, load, share, seed, name, overrides, arguments.static_booking)
         for setup in WINDOWS if setup.name in wanted
         for load in LOADS for share in SHARES for seed in seeds for name in policies
     ]

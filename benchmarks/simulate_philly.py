@@ -23,10 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.eval_matrix import TRACES_DIR  # noqa: E402
 from scheduler.sim import cli as simulate  # noqa: E402
 from scheduler.sim.report import format_report  # noqa: E402
 
-TRACE = (ROOT.parent / "shared" / "traces" / "philly.csv").resolve()
+TRACE = TRACES_DIR / "philly.csv"
 SPEED_GPUS = 1024
 QUALITY_GPUS = 1088
 

@@ -7,18 +7,18 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 
 _CODES_BY_CLASS = {
-    exceptions.NotAuthenticated: "not_authenticated",
-    exceptions.AuthenticationFailed: "authentication_failed",
-    exceptions.PermissionDenied: "permission_denied",
-    exceptions.NotFound: "not_found",
-    exceptions.MethodNotAllowed: "method_not_allowed",
-    exceptions.NotAcceptable: "not_acceptable",
-    exceptions.UnsupportedMediaType: "unsupported_media_type",
-    exceptions.Throttled: "rate_limited",
-    exceptions.ParseError: "malformed_request",
+    exceptions.NotAuthenticated: ErrorCode.NOT_AUTHENTICATED,
+    exceptions.AuthenticationFailed: ErrorCode.AUTHENTICATION_FAILED,
+    exceptions.PermissionDenied: ErrorCode.PERMISSION_DENIED,
+    exceptions.NotFound: ErrorCode.NOT_FOUND,
+    exceptions.MethodNotAllowed: ErrorCode.METHOD_NOT_ALLOWED,
+    exceptions.NotAcceptable: ErrorCode.NOT_ACCEPTABLE,
+    exceptions.UnsupportedMediaType: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    exceptions.Throttled: ErrorCode.RATE_LIMITED,
+    exceptions.ParseError: ErrorCode.MALFORMED_REQUEST,
 }
 
 
@@ -52,10 +52,10 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.ValidationError):
         fields = _flatten(exc.detail)
         sentence = "; ".join(f"{field}: {message}" if field else message for field, message in fields)
-        body = {"code": "invalid", "detail": sentence or "Invalid input.", "fields": exc.detail}
+        body = {"code": ErrorCode.INVALID, "detail": sentence or "Invalid input.", "fields": exc.detail}
     else:
         code = next(
-            (value for klass, value in _CODES_BY_CLASS.items() if isinstance(exc, klass)), "error"
+            (value for klass, value in _CODES_BY_CLASS.items() if isinstance(exc, klass)), ErrorCode.ERROR
         )
         body = {"code": code, "detail": str(exc.detail)}
         if isinstance(exc, exceptions.Throttled) and exc.wait:
@@ -69,4 +69,4 @@ def api_not_found(request, *args, **kwargs):
     """Unknown /api/ paths answer in the API's error shape instead of an HTML page."""
     from django.http import JsonResponse
 
-    return JsonResponse({"code": "not_found", "detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
+    return JsonResponse({"code": ErrorCode.NOT_FOUND, "detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)

@@ -18,6 +18,7 @@ from config.env import (
     env_list,
     env_str,
 )
+from config.errors import error_codes_markdown
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Where the embedded default keeps its SQLite file, run outputs and logs.
@@ -56,6 +57,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "reservations.middleware.ViewerZoneMiddleware",  # request.viewer_zone, active for every page
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -122,7 +124,9 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpubook API",
-    "DESCRIPTION": "GPU time-slot reservations and YOLO training jobs.",
+    # Every error code, from the one list in config/errors.py (pure Python, safe to import here).
+    "DESCRIPTION": "GPU time-slot reservations and YOLO training jobs.\n\n"
+    'Every error answers `{"code": …, "detail": …}`. The codes:\n\n' + error_codes_markdown(),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
 }
@@ -131,6 +135,8 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 
 # --- gpubook ------------------------------------------------------------------------------
 GPUBOOK_SLOT_MINUTES = env_int("GPUBOOK_SLOT_MINUTES", 30, minimum=1)
+# Longest wait for a booking lock (PostgreSQL lock_timeout) before answering "busy, try again".
+GPUBOOK_BOOKING_LOCK_TIMEOUT_MS = env_int("GPUBOOK_BOOKING_LOCK_TIMEOUT_MS", 3000, minimum=1)
 # Usage factor for queued (backfill) runs against the monthly quota: idle time is cheaper.
 GPUBOOK_BACKFILL_USAGE_FACTOR = env_float("GPUBOOK_BACKFILL_USAGE_FACTOR", 0.5)
 GPUBOOK_STOP_GRACE_SECONDS = env_int("GPUBOOK_STOP_GRACE_SECONDS", 60, minimum=0)
@@ -193,6 +199,9 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
 # Notifications (notifications/): the outbox is drained by the loop and by Celery.
 GPUBOOK_REMINDER_MINUTES = env_int("GPUBOOK_REMINDER_MINUTES", 15, minimum=0)  # 0: no reminders
 GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES = env_int("GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES", 60, minimum=1)
+# Queued jobs' position and estimated start (training/queue.py) are re-planned at most this often:
+# rolling plan() forward costs more than a tick, and an estimate minutes old is still useful.
+GPUBOOK_QUEUE_ESTIMATE_SECONDS = env_int("GPUBOOK_QUEUE_ESTIMATE_SECONDS", 30, minimum=0)
 GPUBOOK_WEBHOOK_TIMEOUT_SECONDS = env_int("GPUBOOK_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
 # Webhook targets in private, loopback or link-local ranges are refused unless listed here.
 GPUBOOK_WEBHOOK_ALLOWED_NETWORKS = env_list("GPUBOOK_WEBHOOK_ALLOWED_NETWORKS", [])
@@ -203,6 +212,8 @@ GPUBOOK_NOTIFY_CLAIM_SECONDS = env_int("GPUBOOK_NOTIFY_CLAIM_SECONDS", 120, mini
 GPUBOOK_NOTIFY_BATCH_SECONDS = env_int("GPUBOOK_NOTIFY_BATCH_SECONDS", 30, minimum=1)
 
 REDIS_URL = env_str("REDIS_URL", "")
+# Hand new deliveries to Celery on commit (default: when there is a broker); the loop drains the rest.
+GPUBOOK_NOTIFY_ENQUEUE = env_bool("GPUBOOK_NOTIFY_ENQUEUE", bool(REDIS_URL))
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False

@@ -13,7 +13,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, permissions, serializers, status
 from rest_framework.response import Response
 
-from config.errors import DomainError, NotPermitted
+from config.errors import DomainError, ErrorCode, NotPermitted
 from gpus.models import GpuSample
 from gpus.telemetry import store
 
@@ -42,9 +42,9 @@ def _time_param(params, name: str, default: dt.datetime) -> dt.datetime:
     try:
         value = dt.datetime.fromisoformat(raw)
     except ValueError:
-        raise DomainError("invalid_time", f"`{name}` must be an ISO 8601 time with a UTC offset.") from None
+        raise DomainError(ErrorCode.INVALID_TIME, f"`{name}` must be an ISO 8601 time with a UTC offset.") from None
     if value.tzinfo is None:
-        raise DomainError("invalid_time", f"`{name}` needs a UTC offset.")
+        raise DomainError(ErrorCode.INVALID_TIME, f"`{name}` needs a UTC offset.")
     return value
 
 
@@ -68,13 +68,13 @@ class TelemetrySamplesView(generics.ListAPIView):
         until = _time_param(params, "until", now)
         since = _time_param(params, "since", until - dt.timedelta(hours=1))
         if since >= until or until - since > MAX_LIST_RANGE:
-            raise DomainError("invalid_range", "`since` must be before `until`, at most 7 days apart.")
+            raise DomainError(ErrorCode.INVALID_RANGE, "`since` must be before `until`, at most 7 days apart.")
         rows = GpuSample.objects.select_related("gpu__node").filter(minute__gte=since, minute__lt=until)
         if params.get("gpu"):
             try:
                 rows = rows.filter(gpu_id=int(params["gpu"]))
             except ValueError:
-                raise DomainError("invalid_gpu", "`gpu` must be a GPU id.") from None
+                raise DomainError(ErrorCode.INVALID_GPU, "`gpu` must be a GPU id.") from None
         if params.get("node"):
             rows = rows.filter(gpu__node__name=params["node"])
         return rows.order_by("gpu__node__name", "gpu__index", "minute")
@@ -93,19 +93,23 @@ class TelemetrySamplesView(generics.ListAPIView):
         token = header[len("Bearer "):] if header.startswith("Bearer ") else ""
         node = store.agent_token_node(token=token, now=now)
         if node is None:
-            raise InvalidNodeToken("invalid_node_token", "Send a valid node agent token as `Authorization: Bearer …`.")
+            raise InvalidNodeToken(
+                ErrorCode.INVALID_NODE_TOKEN, "Send a valid node agent token as `Authorization: Bearer …`."
+            )
         body = request.data
         if not isinstance(body, dict) or not isinstance(body.get("buckets"), list):
-            raise DomainError("invalid_samples", "Send an object with a `buckets` list.")
+            raise DomainError(ErrorCode.INVALID_SAMPLES, "Send an object with a `buckets` list.")
         if body.get("node") not in (None, node.name):
-            raise NotPermitted("wrong_node", f"This token belongs to node {node.name!r}, not {body.get('node')!r}.")
+            raise NotPermitted(
+                ErrorCode.WRONG_NODE, f"This token belongs to node {node.name!r}, not {body.get('node')!r}."
+            )
         if len(body["buckets"]) > MAX_BUCKETS_PER_POST:
-            raise DomainError("too_many_buckets", f"At most {MAX_BUCKETS_PER_POST} buckets per post.")
+            raise DomainError(ErrorCode.TOO_MANY_BUCKETS, f"At most {MAX_BUCKETS_PER_POST} buckets per post.")
         try:
             parsed = [store.parse_bucket(raw) for raw in body["buckets"]]
             result = store.samples_record(node=node, buckets=parsed, now=now)
         except store.BadBucket as error:
-            raise DomainError("invalid_samples", str(error)) from error
+            raise DomainError(ErrorCode.INVALID_SAMPLES, str(error)) from error
         return Response(
             {"stored": result.stored, "unknown_gpus": list(result.unknown_gpus)}, status=status.HTTP_202_ACCEPTED
         )

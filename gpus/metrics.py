@@ -5,7 +5,8 @@ the recording hooks write), never from process memory: gunicorn workers, Celery 
 embedded loop are separate processes, and whichever one Prometheus scrapes must report all.
 
 Other rooms' tables are read through the app registry, not imports: `gpus` imports no other
-room (DESIGN.md "Rooms").
+room at load (DESIGN.md "Rooms"). The quota figures come from the one quota selector,
+reservations.selectors.quota_positions, imported when a scrape asks for them.
 
 Access: a bearer token (GPUBOOK_METRICS_TOKEN) or a client address inside
 GPUBOOK_METRICS_ALLOWED_NETWORKS (default: loopback only). The address is REMOTE_ADDR; behind
@@ -21,8 +22,7 @@ import datetime as dt
 import hmac
 import ipaddress
 import logging
-import zoneinfo
-from collections import Counter, defaultdict
+from collections import Counter
 
 from django.apps import apps
 from django.conf import settings
@@ -43,12 +43,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from gpus.models import Gpu, GpuSample, MonitoringValue
 
 logger = logging.getLogger(__name__)
-DEFAULT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
 TELEMETRY_FRESH = dt.timedelta(minutes=5)  # older buckets are not "current" GPU figures
 SLOT_LATENESS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 LIVE_RESERVATION = ("confirmed", "active")
 UPCOMING_RESERVATION = ("pending", "confirmed")
-OCCUPYING_RESERVATION = ("pending", "confirmed", "active", "completed", "released")
 
 # MonitoringValue names
 TICKS = "scheduler_ticks"
@@ -97,11 +95,11 @@ def count_booking_conflict(*, code: str, now: dt.datetime) -> None:
 
 # --- access ------------------------------------------------------------------------------------
 def _allowed(request: HttpRequest) -> tuple[bool, int]:
-    token = getattr(settings, "GPUBOOK_METRICS_TOKEN", "")
+    token = settings.GPUBOOK_METRICS_TOKEN
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].encode(), token.encode()):
         return True, 200
-    networks = getattr(settings, "GPUBOOK_METRICS_ALLOWED_NETWORKS", DEFAULT_ALLOWED_NETWORKS)
+    networks = settings.GPUBOOK_METRICS_ALLOWED_NETWORKS
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
@@ -301,55 +299,27 @@ def scheduler_families(*, now: dt.datetime):
     yield conflicts
 
 
-def _month_window(now: dt.datetime, tz_name: str) -> tuple[dt.datetime, dt.datetime]:
-    tz = zoneinfo.ZoneInfo(tz_name)
-    local = now.astimezone(tz)
-    start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    end = (start + dt.timedelta(days=32)).replace(day=1)
-    return start.astimezone(dt.UTC), end.replace(tzinfo=tz).astimezone(dt.UTC)
-
-
-def _overlap(start: dt.datetime, end: dt.datetime, window_start: dt.datetime, window_end: dt.datetime) -> float:
-    return max(0.0, (min(end, window_end) - max(start, window_start)).total_seconds())
-
-
 def quota_families(*, now: dt.datetime):
     """This month's quota position per team (each team's month in its own time zone): booked
-    GPU-seconds, backfill GPU-seconds at the usage factor (running ones up to now)."""
+    GPU-seconds, backfill GPU-seconds at the usage factor (running ones up to now) — the one
+    quota rule, reservations.selectors.quota_positions, read at scrape time."""
+    from reservations import selectors  # like the app registry reads above: no import at load
+
     Team = apps.get_model("reservations", "Team")
-    Reservation = apps.get_model("reservations", "Reservation")
-    Run = apps.get_model("training", "Run")
-    factor = float(getattr(settings, "GPUBOOK_BACKFILL_USAGE_FACTOR", 0.5))
     teams = list(Team.objects.order_by("slug"))
-    windows = {team.pk: _month_window(now, team.time_zone) for team in teams}
+    positions = selectors.quota_positions(teams=teams, now=now)
     quota = GaugeMetricFamily("gpubook_team_quota_gpu_seconds", "Monthly quota (GPU-seconds).", labels=["team"])
     used = GaugeMetricFamily("gpubook_team_quota_used_gpu_seconds", "Quota used this month (GPU-seconds), booked "
                              "or by backfill at its usage factor.", labels=["team", "kind"])
     ratio = GaugeMetricFamily("gpubook_team_quota_used_ratio", "Share of this month's quota used (0–1, may exceed 1).",
                               labels=["team"])
-    if not teams:
-        yield from (quota, used, ratio)
-        return
-    earliest = min(start for start, _ in windows.values())
-    latest = max(end for _, end in windows.values())
-    reserved: dict[int, float] = defaultdict(float)
-    for team_id, start, end, count in Reservation.objects.filter(
-        status__in=OCCUPYING_RESERVATION, start__lt=latest, end__gt=earliest
-    ).values_list("team_id", "start", "end", "gpu_count"):
-        reserved[team_id] += count * _overlap(start, end, *windows[team_id])
-    backfill: dict[int, float] = defaultdict(float)
-    for team_id, started, ended, gpu_ids in Run.objects.filter(
-        kind="backfill", started_at__isnull=False, started_at__lt=latest
-    ).exclude(ended_at__lt=earliest).values_list("job__team_id", "started_at", "ended_at", "gpu_ids"):
-        if team_id in windows:
-            backfill[team_id] += len(gpu_ids) * factor * _overlap(started, ended or now, *windows[team_id])
     for team in teams:
-        quota_seconds = team.monthly_gpu_hours * 3600.0
-        quota.add_metric([team.slug], quota_seconds)
-        used.add_metric([team.slug, "reserved"], reserved[team.pk])
-        used.add_metric([team.slug, "backfill"], backfill[team.pk])
-        if quota_seconds:
-            ratio.add_metric([team.slug], (reserved[team.pk] + backfill[team.pk]) / quota_seconds)
+        position = positions[team.pk]
+        quota.add_metric([team.slug], position.quota_gpu_s)
+        used.add_metric([team.slug, "reserved"], position.booked_gpu_s)
+        used.add_metric([team.slug, "backfill"], position.backfill_gpu_s)
+        if position.quota_gpu_s:
+            ratio.add_metric([team.slug], position.used_gpu_s / position.quota_gpu_s)
     yield quota
     yield used
     yield ratio

@@ -77,7 +77,7 @@ def query_vector(*, url: str, promql: str, at: dt.datetime) -> list[tuple[dict, 
 def import_minute(*, url: str, minute: dt.datetime, now: dt.datetime) -> int:
     """Read the minute [minute, minute+1m) for every GPU Prometheus knows and store it under
     the nodes we know. Returns the number of buckets stored."""
-    node_label = getattr(settings, "GPUBOOK_PROMETHEUS_NODE_LABEL", "Hostname")
+    node_label = settings.GPUBOOK_PROMETHEUS_NODE_LABEL
     at = minute + dt.timedelta(minutes=1)
     buckets: dict[tuple[str, str, int], dict] = defaultdict(dict)
     for field, (promql, scale) in QUERIES.items():

@@ -13,7 +13,9 @@ from notifications.models import Delivery, EventType, Notice, NotificationPrefer
 
 
 def _managed_team_ids(user) -> list[int]:
-    return list(user.memberships.filter(role="manager").values_list("team_id", flat=True))
+    from reservations import selectors  # the one permission layer (see notifications.services)
+
+    return selectors.managed_team_ids(user=user)
 
 
 class DeliveryInline(admin.TabularInline):

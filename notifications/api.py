@@ -3,13 +3,12 @@
 Mounted by the lead under /api/v1/notifications/ (notifications/api_urls.py). Views parse,
 call one service, render; permissions live in the services."""
 
-from django.db.models import Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import NotFound
+from config.errors import ErrorCode, NotFound
 from notifications import services
 from notifications.models import EventType, NotificationPreference, Webhook
 
@@ -63,12 +62,14 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         queryset = Webhook.objects.order_by("team_id", "id")
         if user.is_superuser:
             return queryset
-        return queryset.filter(Q(team__memberships__user=user, team__memberships__role="manager"))
+        from reservations import selectors  # the one permission layer (see notifications.services)
+
+        return queryset.filter(team_id__in=selectors.managed_team_ids(user=user))
 
     def get_object(self):
         webhook = self.get_queryset().filter(pk=self.kwargs["pk"]).first()
         if webhook is None:
-            raise NotFound("not_found", "Not found.")
+            raise NotFound(ErrorCode.NOT_FOUND, "Not found.")
         return webhook
 
     @extend_schema(request=WebhookSerializer, responses={201: WebhookSerializer})

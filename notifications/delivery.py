@@ -39,18 +39,18 @@ class DeliverySummary:
 
 
 def _max_attempts() -> int:
-    return getattr(settings, "GPUBOOK_NOTIFY_MAX_ATTEMPTS", 8)
+    return settings.GPUBOOK_NOTIFY_MAX_ATTEMPTS
 
 
 def _claim_seconds() -> int:
-    return getattr(settings, "GPUBOOK_NOTIFY_CLAIM_SECONDS", 120)
+    return settings.GPUBOOK_NOTIFY_CLAIM_SECONDS
 
 
 def retry_delay(attempt: int, *, rng: random.Random | None = None) -> dt.timedelta:
     """Exponential backoff with "equal jitter": half the step fixed, half random, so
     receivers coming back up are not hit by every sender at the same instant."""
-    base = getattr(settings, "GPUBOOK_NOTIFY_RETRY_BASE_SECONDS", 30)
-    cap = getattr(settings, "GPUBOOK_NOTIFY_RETRY_MAX_SECONDS", 3600)
+    base = settings.GPUBOOK_NOTIFY_RETRY_BASE_SECONDS
+    cap = settings.GPUBOOK_NOTIFY_RETRY_MAX_SECONDS
     step = min(cap, base * 2 ** max(0, attempt - 1))
     return dt.timedelta(seconds=step / 2 + (rng or random).uniform(0, step / 2))
 
@@ -132,7 +132,7 @@ def deliver_due(now: dt.datetime, *, notice_id=None, limit: int = 200) -> Delive
             :limit
         ]
     )
-    budget_ends = time.monotonic() + getattr(settings, "GPUBOOK_NOTIFY_BATCH_SECONDS", 30)
+    budget_ends = time.monotonic() + settings.GPUBOOK_NOTIFY_BATCH_SECONDS
     troubled: set[tuple[str, int | None]] = set()
     summary = DeliverySummary()
     for delivery_id, state, attempts, channel, webhook_id in candidates:

@@ -4,7 +4,7 @@ from django.conf import settings
 
 
 def base_url() -> str:
-    return getattr(settings, "GPUBOOK_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+    return settings.GPUBOOK_BASE_URL.rstrip("/")
 
 
 def reservation_url(reservation_id: int) -> str:

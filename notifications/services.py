@@ -11,13 +11,14 @@ import functools
 import logging
 from collections.abc import Iterable
 
+from celery import current_app
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from config.errors import DomainError, NotPermitted
+from config.errors import DomainError, ErrorCode, NotPermitted
 from notifications import links
 from notifications.models import Delivery, EventType, Notice, NotificationPreference, Webhook
 from notifications.transports.webhook.targets import UnsafeTarget, check_url
@@ -33,8 +34,17 @@ RUN_EVENTS = frozenset(
         EventType.RUN_FAILED,
     }
 )
+DELIVER_NOTICE_TASK = "notifications.deliver_notice"  # notifications.tasks.deliver_notice
 # A quota position's level (reservations.selectors.QuotaPosition.level) → the notice it raises.
 QUOTA_EVENTS = {"warning": EventType.QUOTA_WARNING, "exhausted": EventType.QUOTA_EXHAUSTED}
+
+
+def _permissions():
+    """The one permission layer, reservations.selectors. Imported when called: this room sits
+    below reservations (it imports nothing of it at load), as the module docstring says."""
+    from reservations import selectors
+
+    return selectors
 
 
 # --- the outbox ---------------------------------------------------------------------------
@@ -107,12 +117,12 @@ def _email_recipients(user_ids: Iterable[int], event_type: str) -> list:
 def _enqueue(notice_id) -> None:
     """After commit: hand the notice to a Celery worker for immediate delivery. Failing here
     (no Redis) loses nothing — the periodic loop finds the pending deliveries."""
-    if not getattr(settings, "GPUBOOK_NOTIFY_ENQUEUE", bool(getattr(settings, "REDIS_URL", ""))):
+    if not settings.GPUBOOK_NOTIFY_ENQUEUE:
         return
     try:
-        from notifications.tasks import deliver_notice
-
-        deliver_notice.apply_async(args=[str(notice_id)], retry=False)
+        # By its registered name: notifications.tasks imports delivery, which imports this
+        # module, so importing the task here would close a cycle.
+        current_app.tasks[DELIVER_NOTICE_TASK].apply_async(args=[str(notice_id)], retry=False)
     except Exception:  # the broker being down must never break the request that booked
         logger.warning("could not enqueue notice %s; the periodic loop will deliver it", notice_id, exc_info=True)
 
@@ -236,7 +246,7 @@ def notify_quota_crossing(*, team, before, after, now: dt.datetime, booker_id: i
     percent = after.crossed_percent
     figures = after.as_dict()
     quota = team.monthly_gpu_hours
-    managers = team.memberships.filter(role="manager").values_list("user_id", flat=True)
+    managers = _permissions().team_manager_ids(team_id=team.pk)
     return notice_emit(
         event_type=QUOTA_EVENTS[after.level],
         team_id=team.pk,
@@ -259,7 +269,7 @@ def notices_schedule_reminders(*, now: dt.datetime) -> int:
     """Emit a reminder for each confirmed booking that starts within the reminder window.
     Idempotent: one reminder per booking and start time (a moved booking is reminded again).
     A booking made inside the window is skipped: its confirmation just told the booker."""
-    minutes = getattr(settings, "GPUBOOK_REMINDER_MINUTES", 15)
+    minutes = settings.GPUBOOK_REMINDER_MINUTES
     if minutes <= 0:
         return 0
     window = dt.timedelta(minutes=minutes)
@@ -329,7 +339,7 @@ def notify_job_waiting(
 ) -> Notice | None:
     """Call for every queued job on every tick: emits once, when the job has waited longer
     than GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES since `waiting_since` (its submit or requeue time)."""
-    threshold = dt.timedelta(minutes=getattr(settings, "GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES", 60))
+    threshold = dt.timedelta(minutes=settings.GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES)
     if now - waiting_since < threshold:
         return None
     waited_minutes = int((now - waiting_since).total_seconds() // 60)
@@ -353,14 +363,12 @@ def notify_job_waiting(
 
 
 def _manages_team(*, user, team_id: int) -> bool:
-    if user.is_superuser:
-        return True
-    return user.memberships.filter(team_id=team_id, role="manager").exists()
+    return _permissions().user_can_manage_team(user=user, team_id=team_id)
 
 
 def _check_event_list(events: list) -> list[str]:
     if not isinstance(events, list) or any(event not in EventType.values for event in events):
-        raise DomainError("unknown_event", f"Events must be a list of: {', '.join(EventType.values)}.")
+        raise DomainError(ErrorCode.UNKNOWN_EVENT, f"Events must be a list of: {', '.join(EventType.values)}.")
     return sorted(set(events))
 
 
@@ -380,12 +388,12 @@ def webhook_check_url(url: str) -> None:
     try:
         check_url(url)
     except UnsafeTarget as error:
-        raise DomainError("unsafe_webhook_url", str(error)) from None
+        raise DomainError(ErrorCode.UNSAFE_WEBHOOK_URL, str(error)) from None
 
 
 def webhook_create(*, actor, team_id: int, url: str, events: list | None = None, description: str = "") -> Webhook:
     if not _manages_team(user=actor, team_id=team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may manage the team's webhooks.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may manage the team's webhooks.")
     webhook_check_url(url)
     return Webhook.objects.create(
         team_id=team_id, url=url, events=_check_event_list(events or []), description=description, created_by=actor
@@ -394,7 +402,7 @@ def webhook_create(*, actor, team_id: int, url: str, events: list | None = None,
 
 def webhook_update(*, actor, webhook: Webhook, changes: dict) -> Webhook:
     if not _manages_team(user=actor, team_id=webhook.team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may manage the team's webhooks.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may manage the team's webhooks.")
     if "url" in changes:
         webhook_check_url(changes["url"])
         webhook.url = changes["url"]
@@ -411,7 +419,7 @@ def webhook_update(*, actor, webhook: Webhook, changes: dict) -> Webhook:
 
 def webhook_delete(*, actor, webhook: Webhook) -> None:
     if not _manages_team(user=actor, team_id=webhook.team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may manage the team's webhooks.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may manage the team's webhooks.")
     webhook.delete()
 
 

@@ -9,9 +9,10 @@ from celery import shared_task
 from django.utils import timezone
 
 from notifications.delivery import deliver_due, notifications_run_once
+from notifications.services import DELIVER_NOTICE_TASK
 
 
-@shared_task(name="notifications.deliver_notice", ignore_result=True)
+@shared_task(name=DELIVER_NOTICE_TASK, ignore_result=True)
 def deliver_notice(notice_id: str) -> dict:
     summary = deliver_due(timezone.now(), notice_id=notice_id)
     return {"delivered": summary.delivered, "retrying": summary.retrying, "failed": summary.failed}

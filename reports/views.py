@@ -5,7 +5,6 @@ import datetime as dt
 import zoneinfo
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -14,13 +13,6 @@ from django.views.decorators.http import require_GET
 from reports import figures, selectors
 
 DEFAULT_DAYS = 7
-
-
-def _viewer_tz(request: HttpRequest) -> zoneinfo.ZoneInfo:
-    try:
-        return zoneinfo.ZoneInfo(request.user.profile.time_zone)
-    except (ObjectDoesNotExist, zoneinfo.ZoneInfoNotFoundError, ValueError):  # no profile yet: UTC
-        return zoneinfo.ZoneInfo("UTC")
 
 
 EARLIEST_DATE, LATEST_DATE = dt.date(1970, 1, 1), dt.date(9000, 12, 31)
@@ -82,7 +74,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @require_GET
 def utilization(request: HttpRequest, as_csv: bool = False) -> HttpResponse:
     now = timezone.now()
-    tz = _viewer_tz(request)
+    tz = request.viewer_zone
     start, end, problems = _date_range(request, tz, now=now, max_days=selectors.MAX_HEATMAP_RANGE.days)
     heatmap = selectors.utilization_heatmap(start=start, end=end)
     labels = [hour.astimezone(tz).strftime("%Y-%m-%d %H:%M") for hour in heatmap.hours]
@@ -120,7 +112,7 @@ def _ratio_param(request: HttpRequest, name: str, default: float, problems: list
 @require_GET
 def idle(request: HttpRequest, as_csv: bool = False) -> HttpResponse:
     now = timezone.now()
-    tz = _viewer_tz(request)
+    tz = request.viewer_zone
     start, end, problems = _date_range(request, tz, now=now, max_days=92)
     threshold = _ratio_param(request, "threshold", selectors.DEFAULT_IDLE_THRESHOLD, problems)
     share = _ratio_param(request, "share", selectors.DEFAULT_IDLE_SHARE, problems)

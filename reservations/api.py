@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from config.errors import DomainError, NotFound, NotPermitted
+from config.errors import DomainError, ErrorCode, NotFound, NotPermitted
 from gpus.models import Gpu, Node
 from reservations import selectors, services
 from reservations.models import ReservationGpu, Team
@@ -44,10 +44,10 @@ class TokenView(APIView):
     def post(self, request):
         username, password = request.data.get("username"), request.data.get("password")
         if not isinstance(username, str) or not isinstance(password, str):
-            raise DomainError("invalid", "Send a username and a password.")
+            raise DomainError(ErrorCode.INVALID, "Send a username and a password.")
         user = authenticate(request, username=username, password=password)
         if user is None or not user.is_active:
-            raise DomainError("invalid_credentials", "Unknown username or wrong password.")
+            raise DomainError(ErrorCode.INVALID_CREDENTIALS, "Unknown username or wrong password.")
         token, _ = Token.objects.get_or_create(user=user)
         return Response({"token": token.key})
 
@@ -57,9 +57,9 @@ def _time_range(params) -> tuple[dt.datetime, dt.datetime]:
     window.is_valid(raise_exception=True)
     start, end = window.validated_data["start"], window.validated_data["end"]
     if end <= start:
-        raise DomainError("invalid_range", "`to` must be after `from`.")
+        raise DomainError(ErrorCode.INVALID_RANGE, "`to` must be after `from`.")
     if end - start > MAX_AVAILABILITY_WINDOW:
-        raise DomainError("range_too_long", "Ask for at most 62 days at a time.")
+        raise DomainError(ErrorCode.RANGE_TOO_LONG, "Ask for at most 62 days at a time.")
     return start, end
 
 
@@ -152,7 +152,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         values = data.validated_data
         team = Team.objects.filter(pk=values["team"]).first()
         if team is None:
-            raise DomainError("unknown_team", f"No team with id {values['team']}.")
+            raise DomainError(ErrorCode.UNKNOWN_TEAM, f"No team with id {values['team']}.")
         reservation = services.reservation_create(
             user=request.user,
             team=team,
@@ -169,7 +169,7 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         data = ReservationUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         if not data.validated_data:
-            raise DomainError("nothing_to_change", "Send a new start, a new end, or both.")
+            raise DomainError(ErrorCode.NOTHING_TO_CHANGE, "Send a new start, a new end, or both.")
         services.reservation_reschedule(
             reservation_id=path_id(pk), actor=request.user, now=timezone.now(), **data.validated_data
         )
@@ -231,7 +231,7 @@ def path_id(value: object) -> int:
     except ValueError:
         number = 0
     if not 1 <= number <= MAX_ID:
-        raise NotFound("not_found", "Not found.")
+        raise NotFound(ErrorCode.NOT_FOUND, "Not found.")
     return number
 
 
@@ -241,7 +241,7 @@ def _int_param(params, name: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_ID:
-        raise DomainError("invalid_parameter", f"`{name}` must be an integer id.")
+        raise DomainError(ErrorCode.INVALID_PARAMETER, f"`{name}` must be an integer id.")
     return value
 
 
@@ -264,7 +264,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
     def partial_update(self, request, pk=None):
         if not request.user.is_superuser:
-            raise NotPermitted("not_permitted", "Only admins may change team quotas.")
+            raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only admins may change team quotas.")
         team = self.get_object()
         data = TeamSerializer(team, data=request.data, partial=True, context=self.get_serializer_context())
         data.is_valid(raise_exception=True)

@@ -276,11 +276,7 @@ def reservation_for_viewer(*, user: AbstractBaseUser, reservation_id: int) -> Re
 
 def reservation_actions(*, user: AbstractBaseUser, reservation: Reservation, now: dt.datetime) -> dict[str, bool]:
     """Which buttons to offer. Only a hint for the page: the services decide again on submit."""
-    may_change = (
-        user.is_superuser
-        or reservation.user_id == user.pk
-        or selectors.user_can_manage_team(user=user, team_id=reservation.team_id)
-    )
+    may_change = selectors.can_change(user=user, obj=reservation)
     live = reservation.status in Reservation.UPCOMING_OR_ACTIVE and reservation.end > now
     begun = reservation.start <= now
     return {

@@ -11,7 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 from reservations.models import AuditEntry, UserProfile, new_calendar_token, validate_time_zone
 
 
@@ -31,7 +31,7 @@ def profile_update_time_zone(*, user: AbstractBaseUser, time_zone: str, now: dt.
     try:
         validate_time_zone(time_zone)
     except ValidationError:
-        raise DomainError("unknown_time_zone", f"{time_zone!r} is not a known time zone.") from None
+        raise DomainError(ErrorCode.UNKNOWN_TIME_ZONE, f"{time_zone!r} is not a known time zone.") from None
     profile = profile_get_or_create(user=user)
     before = profile.time_zone
     profile.time_zone = time_zone

@@ -11,20 +11,60 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Greatest, Least
 
+from config.errors import ErrorCode, NotFound, NotPermitted
 from gpus.models import Gpu, MaintenanceWindow
 from reservations import timegrid
 from reservations.models import Membership, Reservation, ReservationGpu, Team
 
 
+# --- who may do what: the one permission layer (services, pages, APIs and admin read it) -------
 def user_team_roles(*, user: AbstractBaseUser) -> dict[int, str]:
     """{team id: role} for the user's memberships."""
     return dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
 
 
+def team_role(*, user: AbstractBaseUser, team_id: int) -> str | None:
+    """The user's Membership.Role in the team, or None when not a member (admins included:
+    being an admin is `user.is_superuser`, not a team role)."""
+    return Membership.objects.filter(user=user, team_id=team_id).values_list("role", flat=True).first()
+
+
 def user_can_manage_team(*, user: AbstractBaseUser, team_id: int) -> bool:
-    if user.is_superuser:
-        return True
-    return Membership.objects.filter(user=user, team_id=team_id, role=Membership.Role.MANAGER).exists()
+    """Admins and the team's managers manage a team (approve, webhooks, others' bookings)."""
+    return user.is_superuser or team_role(user=user, team_id=team_id) == Membership.Role.MANAGER
+
+
+def managed_team_ids(*, user: AbstractBaseUser) -> list[int]:
+    """The teams the user manages (not every team for an admin: callers decide that)."""
+    return list(
+        Membership.objects.filter(user=user, role=Membership.Role.MANAGER).values_list("team_id", flat=True)
+    )
+
+
+def team_manager_ids(*, team_id: int) -> list[int]:
+    """The user ids of the team's managers (who hear about its quota and webhooks)."""
+    return list(
+        Membership.objects.filter(team_id=team_id, role=Membership.Role.MANAGER).values_list("user_id", flat=True)
+    )
+
+
+def can_change(*, user: AbstractBaseUser, obj) -> bool:
+    """May `user` change `obj` (anything with `user_id` and `team_id`: a booking, a job)?
+    Its owner, a manager of its team, or an admin."""
+    return user.is_superuser or obj.user_id == user.pk or user_can_manage_team(user=user, team_id=obj.team_id)
+
+
+def require_can_change(*, user: AbstractBaseUser, obj, not_found: str, not_permitted: str) -> None:
+    """`can_change`, or the error to answer (with the caller's sentences): NotFound to someone
+    outside the team (another team's booking or job is not revealed), NotPermitted to a
+    teammate who is not a manager."""
+    if user.is_superuser or obj.user_id == user.pk:
+        return
+    role = team_role(user=user, team_id=obj.team_id)
+    if role is None:
+        raise NotFound(ErrorCode.NOT_FOUND, not_found)
+    if role != Membership.Role.MANAGER:
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, not_permitted)
 
 
 def teams_visible_to(*, user: AbstractBaseUser) -> QuerySet[Team]:

@@ -5,7 +5,7 @@ import datetime as dt
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 from gpus.models import Gpu
 from reservations import timegrid
 from reservations.models import Reservation, Team
@@ -21,22 +21,22 @@ class AwareDateTimeField(serializers.Field):
 
     def to_internal_value(self, data: object) -> dt.datetime:
         if not isinstance(data, str):
-            raise DomainError("invalid_datetime", f"{self.field_name}: expected an ISO-8601 string.")
+            raise DomainError(ErrorCode.INVALID_DATETIME, f"{self.field_name}: expected an ISO-8601 string.")
         try:
             value = parse_datetime(data.strip())
         except ValueError:
             value = None
         if value is None:
-            raise DomainError("invalid_datetime", f"{self.field_name}: {data!r} is not an ISO-8601 date-time.")
+            raise DomainError(ErrorCode.INVALID_DATETIME, f"{self.field_name}: {data!r} is not an ISO-8601 date-time.")
         if not timegrid.is_aware(value):
             raise DomainError(
-                "naive_datetime",
+                ErrorCode.NAIVE_DATETIME,
                 f"{self.field_name}: {data!r} has no UTC offset; add one, e.g. 2026-12-01T09:00:00+01:00.",
             )
         try:
             return value.astimezone(dt.UTC)
         except OverflowError:  # e.g. 9999-12-31T23:59-14:00 is past the last representable instant
-            raise DomainError("invalid_datetime", f"{self.field_name}: {data!r} is out of range.") from None
+            raise DomainError(ErrorCode.INVALID_DATETIME, f"{self.field_name}: {data!r} is out of range.") from None
 
     def to_representation(self, value: dt.datetime) -> str:
         return value.astimezone(dt.UTC).isoformat()

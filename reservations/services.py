@@ -16,18 +16,19 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, OperationalError, connection, transaction
 
-from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from config.errors import Conflict, DomainError, ErrorCode, NotFound, NotPermitted
 from gpus.metrics import count_booking_conflict
 from gpus.models import Gpu
 from notifications import services as notices
 from reservations import selectors, timegrid
-from reservations.models import AuditEntry, Membership, Reservation, ReservationGpu, Team
+from reservations.models import AuditEntry, Reservation, ReservationGpu, Team
 
 # Namespace for pg_advisory_xact_lock(int, int): (this constant, gpu id).
 GPU_LOCK_NAMESPACE = 7_100_001
 # PostgreSQL SQLSTATEs that mean "another transaction got there first".
 EXCLUSION_VIOLATION = "23P01"
 RETRYABLE_SQLSTATES = {"40P01", "40001"}
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout passed
 
 
 def _slot_minutes() -> int:
@@ -66,7 +67,10 @@ def _audit(
 
 
 def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> None:
-    """Take the booking locks once, in the one fixed order every booking uses."""
+    """Take the booking locks once, in the one fixed order every booking uses. Only inside a
+    transaction: outside one, each lock would be released as soon as it was taken."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("booking locks must be taken inside transaction.atomic()")
     if connection.vendor != "postgresql":
         return  # SQLite: the IMMEDIATE transaction already holds the database write lock
     with connection.cursor() as cursor:
@@ -74,6 +78,17 @@ def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> None
         cursor.execute("SELECT 1 FROM reservations_team WHERE id = %s FOR UPDATE", [team_id])
         for gpu_id in sorted(set(gpu_ids)):
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [GPU_LOCK_NAMESPACE, gpu_id])
+
+
+def _limit_lock_waits() -> None:
+    """No booking waits for a lock longer than GPUBOOK_BOOKING_LOCK_TIMEOUT_MS (the rest of
+    this transaction only): a stuck holder turns into "busy, try again", not a hung request."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('lock_timeout', %s, true)", [f"{settings.GPUBOOK_BOOKING_LOCK_TIMEOUT_MS}ms"]
+        )
 
 
 def _describe_conflicts(rows: list[ReservationGpu], *, viewer_team_ids: set[int], is_admin: bool) -> list[dict]:
@@ -108,7 +123,7 @@ def _raise_conflict(rows: list[ReservationGpu], *, user: AbstractBaseUser) -> No
     )
     spans = ", ".join(f"GPU {','.join(map(str, item['gpus']))} {item['start']}–{item['end']}" for item in conflicts)
     raise Conflict(
-        "slot_conflict",
+        ErrorCode.SLOT_CONFLICT,
         f"The requested time collides with {len(conflicts)} existing booking(s): {spans}.",
         conflicts=conflicts,
     )
@@ -118,13 +133,15 @@ def _validate_times(*, start: dt.datetime, end: dt.datetime) -> tuple[dt.datetim
     """Check the range and return it in UTC. Converting matters: Python subtracts two times
     of the same zone by wall clock, which would mis-measure a booking over a DST change."""
     if not (timegrid.is_aware(start) and timegrid.is_aware(end)):
-        raise DomainError("naive_datetime", "Start and end need a UTC offset or time zone.")
+        raise DomainError(ErrorCode.NAIVE_DATETIME, "Start and end need a UTC offset or time zone.")
     start, end = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
     if end <= start:
-        raise DomainError("invalid_range", "The end must be after the start.")
+        raise DomainError(ErrorCode.INVALID_RANGE, "The end must be after the start.")
     slot = _slot_minutes()
     if not (timegrid.is_on_grid(start, slot_minutes=slot) and timegrid.is_on_grid(end, slot_minutes=slot)):
-        raise DomainError("off_grid", f"Start and end must be on the {slot}-minute slot grid (e.g. :00 or :30).")
+        raise DomainError(
+            ErrorCode.OFF_GRID, f"Start and end must be on the {slot}-minute slot grid (e.g. :00 or :30)."
+        )
     return start, end
 
 
@@ -134,14 +151,18 @@ def _validate_team_rules(
     if check_start:
         current_slot = timegrid.floor_to_slot(now, slot_minutes=_slot_minutes())
         if start < current_slot:
-            raise DomainError("past_slot", "That slot has already begun or passed.")
+            raise DomainError(ErrorCode.PAST_SLOT, "That slot has already begun or passed.")
         if team.min_notice_minutes and start < now + dt.timedelta(minutes=team.min_notice_minutes):
-            raise DomainError("too_soon", f"{team.name} bookings need {team.min_notice_minutes} minutes' notice.")
+            raise DomainError(
+                ErrorCode.TOO_SOON, f"{team.name} bookings need {team.min_notice_minutes} minutes' notice."
+            )
         # Compared as a duration (no date arithmetic), so any value the column holds is safe.
         if start - now > dt.timedelta(days=min(team.max_days_ahead, dt.timedelta.max.days)):
-            raise DomainError("too_far_ahead", f"{team.name} may book at most {team.max_days_ahead} days ahead.")
+            raise DomainError(
+                ErrorCode.TOO_FAR_AHEAD, f"{team.name} may book at most {team.max_days_ahead} days ahead."
+            )
     if team.max_booking_hours and end - start > dt.timedelta(hours=team.max_booking_hours):
-        raise DomainError("too_long", f"A {team.name} booking may last at most {team.max_booking_hours} hours.")
+        raise DomainError(ErrorCode.TOO_LONG, f"A {team.name} booking may last at most {team.max_booking_hours} hours.")
 
 
 def _check_quota(
@@ -169,7 +190,7 @@ def _check_quota(
         if position.used_gpu_s + wanted > position.quota_gpu_s:
             remaining = position.remaining_gpu_hours
             raise Conflict(
-                "quota_exceeded",
+                ErrorCode.QUOTA_EXCEEDED,
                 f"{team.name} has {remaining:.1f} of {team.monthly_gpu_hours} GPU-hours left in "
                 f"{position.month}; this booking needs {wanted / 3600:.1f}.",
                 month=position.month,
@@ -196,7 +217,7 @@ def _check_quota(
             remaining = max(0, cap_seconds - used) / 3600
             day = day_start.astimezone(tz).date().isoformat()
             raise Conflict(
-                "daily_cap_exceeded",
+                ErrorCode.DAILY_CAP_EXCEEDED,
                 f"You have {remaining:.1f} of your {team.user_daily_cap_gpu_hours} daily GPU-hours "
                 f"in {team.name} left on {day}.",
                 day=day,
@@ -218,7 +239,7 @@ def _check_free(
     if windows:
         window = windows[0]
         raise DomainError(
-            "maintenance",
+            ErrorCode.MAINTENANCE,
             f"The node is in maintenance {window.start.isoformat()}–{window.end.isoformat()}: {window.reason}.",
         )
     rows = selectors.conflicting_bookings(
@@ -252,18 +273,26 @@ def _under_constraint(
 
 
 def _retrying(operation):
-    """Run `operation` in a fresh transaction, again if PostgreSQL chose it as a deadlock or
-    serialization victim: such an error is another booking winning, never the caller's fault."""
+    """Run `operation` in a fresh transaction with a bounded lock wait, again if PostgreSQL
+    chose it as a deadlock or serialization victim: such an error is another booking
+    winning, never the caller's fault. A lock wait that times out is "busy, try again"."""
     attempts = 3
     for attempt in range(1, attempts + 1):
         try:
             with transaction.atomic():
+                _limit_lock_waits()
                 return operation()
         except OperationalError as error:
-            if getattr(error.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+            sqlstate = getattr(error.__cause__, "sqlstate", None)
+            if sqlstate == LOCK_NOT_AVAILABLE:
+                raise Conflict(
+                    ErrorCode.BUSY, "Another change holds these GPUs or this team right now; please try again.",
+                    retry_after_s=1,
+                ) from error
+            if sqlstate not in RETRYABLE_SQLSTATES:
                 raise
             if attempt == attempts:
-                raise Conflict("busy", "The booking system is busy; please try again.") from error
+                raise Conflict(ErrorCode.BUSY, "The booking system is busy; please try again.") from error
     raise AssertionError("unreachable")
 
 
@@ -279,23 +308,19 @@ def _counting_refusals(operation, *, now: dt.datetime):
 
 def _resolve_gpus(gpu_ids: Sequence[int]) -> list[Gpu]:
     if not gpu_ids:
-        raise DomainError("no_gpus", "Choose at least one GPU.")
+        raise DomainError(ErrorCode.NO_GPUS, "Choose at least one GPU.")
     unique_ids = sorted(set(gpu_ids))
     gpus = list(Gpu.objects.filter(pk__in=unique_ids).select_related("node"))
     missing = sorted(set(unique_ids) - {gpu.pk for gpu in gpus})
     if missing:
-        raise DomainError("unknown_gpu", f"No GPU with id {', '.join(map(str, missing))}.", gpus=missing)
+        raise DomainError(ErrorCode.UNKNOWN_GPU, f"No GPU with id {', '.join(map(str, missing))}.", gpus=missing)
     if len({gpu.node_id for gpu in gpus}) > 1:
-        raise DomainError("multiple_nodes", "All GPUs of one booking must be on the same node.")
+        raise DomainError(ErrorCode.MULTIPLE_NODES, "All GPUs of one booking must be on the same node.")
     unavailable = [gpu for gpu in gpus if gpu.state != Gpu.State.ACTIVE]
     if unavailable:
         names = ", ".join(f"{gpu} ({gpu.get_state_display().lower()})" for gpu in unavailable)
-        raise DomainError("gpu_unavailable", f"Not bookable now: {names}.")
+        raise DomainError(ErrorCode.GPU_UNAVAILABLE, f"Not bookable now: {names}.")
     return gpus
-
-
-def _member_role(*, user: AbstractBaseUser, team: Team) -> str | None:
-    return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
 
 
 def reservation_create(
@@ -310,8 +335,8 @@ def reservation_create(
 ) -> Reservation:
     """Book `gpu_ids` (one node) for [start, end) on behalf of `team`."""
     start, end = _validate_times(start=start, end=end)
-    if not user.is_superuser and _member_role(user=user, team=team) is None:
-        raise NotPermitted("not_team_member", f"You are not a member of {team.name}.")
+    if not user.is_superuser and selectors.team_role(user=user, team_id=team.pk) is None:
+        raise NotPermitted(ErrorCode.NOT_TEAM_MEMBER, f"You are not a member of {team.name}.")
     gpus = _resolve_gpus(gpu_ids)
     _validate_team_rules(team=team, start=start, end=end, now=now, check_start=True)
     node_id = gpus[0].node_id
@@ -370,14 +395,11 @@ def reservation_create(
 def _load_for_change(*, reservation_id: int, actor: AbstractBaseUser) -> Reservation:
     reservation = Reservation.objects.select_related("team", "user").filter(pk=reservation_id).first()
     if reservation is None:
-        raise NotFound("not_found", f"No reservation #{reservation_id}.")
-    if actor.is_superuser or reservation.user_id == actor.pk:
-        return reservation
-    role = _member_role(user=actor, team=reservation.team)
-    if role is None:
-        raise NotFound("not_found", f"No reservation #{reservation_id}.")  # do not reveal it
-    if role != Membership.Role.MANAGER:
-        raise NotPermitted("not_permitted", "Only the booker, a team manager or an admin may change this booking.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation_id}.")
+    selectors.require_can_change(
+        user=actor, obj=reservation, not_found=f"No reservation #{reservation_id}.",
+        not_permitted="Only the booker, a team manager or an admin may change this booking.",
+    )
     return reservation
 
 
@@ -390,9 +412,11 @@ def reservation_cancel(
     def cancel() -> Reservation:
         locked = Reservation.objects.select_for_update().get(pk=reservation.pk)
         if locked.status not in (Reservation.Status.PENDING, Reservation.Status.CONFIRMED):
-            raise Conflict("not_cancellable", f"A {locked.get_status_display().lower()} booking cannot be cancelled.")
+            raise Conflict(
+                ErrorCode.NOT_CANCELLABLE, f"A {locked.get_status_display().lower()} booking cannot be cancelled."
+            )
         if locked.start <= now:
-            raise Conflict("already_started", "This booking has begun; release it early instead.")
+            raise Conflict(ErrorCode.ALREADY_STARTED, "This booking has begun; release it early instead.")
         before = _snapshot(locked)
         locked.status = Reservation.Status.CANCELLED
         locked.release_reason = reason
@@ -424,12 +448,14 @@ def reservation_reschedule(
         _lock_booking(user_id=reservation.user_id, team_id=reservation.team_id, gpu_ids=gpu_ids)
         locked = Reservation.objects.select_related("team").get(pk=reservation.pk)
         if locked.status not in Reservation.UPCOMING_OR_ACTIVE:
-            raise Conflict("not_changeable", f"A {locked.get_status_display().lower()} booking cannot be changed.")
+            raise Conflict(
+                ErrorCode.NOT_CHANGEABLE, f"A {locked.get_status_display().lower()} booking cannot be changed."
+            )
         begun = locked.start <= now
         if begun and new_start != locked.start:
-            raise Conflict("already_started", "A booking that has begun cannot move its start.")
+            raise Conflict(ErrorCode.ALREADY_STARTED, "A booking that has begun cannot move its start.")
         if begun and new_end < timegrid.ceil_to_slot(now, slot_minutes=_slot_minutes()):
-            raise DomainError("past_slot", "The end cannot be before the current slot ends.")
+            raise DomainError(ErrorCode.PAST_SLOT, "The end cannot be before the current slot ends.")
         _validate_team_rules(team=locked.team, start=new_start, end=new_end, now=now, check_start=not begun)
         _check_free(
             user=actor,
@@ -481,12 +507,14 @@ def reservation_release(
     else:
         reservation = Reservation.objects.filter(pk=reservation_id).first()
         if reservation is None:
-            raise NotFound("not_found", f"No reservation #{reservation_id}.")
+            raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation_id}.")
 
     def release() -> Reservation:
         locked = Reservation.objects.select_for_update().get(pk=reservation.pk)
         if locked.status not in Reservation.UPCOMING_OR_ACTIVE:
-            raise Conflict("not_releasable", f"A {locked.get_status_display().lower()} booking cannot be released.")
+            raise Conflict(
+                ErrorCode.NOT_RELEASABLE, f"A {locked.get_status_display().lower()} booking cannot be released."
+            )
         before = _snapshot(locked)
         new_end = timegrid.ceil_to_slot(now, slot_minutes=_slot_minutes())
         if new_end <= locked.start:
@@ -509,12 +537,12 @@ def reservation_release(
 def reservation_approve(*, reservation_id: int, actor: AbstractBaseUser, now: dt.datetime) -> Reservation:
     reservation = _load_for_change(reservation_id=reservation_id, actor=actor)
     if not selectors.user_can_manage_team(user=actor, team_id=reservation.team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may approve bookings.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may approve bookings.")
 
     def approve() -> Reservation:
         locked = Reservation.objects.select_for_update().get(pk=reservation.pk)
         if locked.status != Reservation.Status.PENDING:
-            raise Conflict("not_pending", "This booking is not waiting for approval.")
+            raise Conflict(ErrorCode.NOT_PENDING, "This booking is not waiting for approval.")
         before = _snapshot(locked)
         locked.status = Reservation.Status.CONFIRMED
         locked.updated_at = now
@@ -553,10 +581,10 @@ def team_update_settings(*, team_id: int, actor: AbstractBaseUser, changes: dict
     """Admins change a team's quota and booking rules. Lowering a quota below what is already
     booked does not cancel anything; it only stops new bookings."""
     if not actor.is_superuser:
-        raise NotPermitted("not_permitted", "Only admins may change team quotas.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only admins may change team quotas.")
     unknown = sorted(set(changes) - set(TEAM_SETTINGS))
     if unknown:
-        raise DomainError("unknown_setting", f"Not a team setting: {', '.join(unknown)}.")
+        raise DomainError(ErrorCode.UNKNOWN_SETTING, f"Not a team setting: {', '.join(unknown)}.")
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=team_id)
         before = {name: getattr(team, name) for name in changes}

@@ -23,7 +23,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 from gpus.models import Gpu
 from reservations import calendar_feed, ical, profile_services, selectors, services
 from reservations.forms import BookingForm, ProfileForm, RescheduleForm, parse_local_or_aware
@@ -34,7 +34,8 @@ ISO_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?
 
 
 def page(view):
-    """Login required; the viewer's profile on `request.profile` and their zone active."""
+    """Login required; the viewer's profile on `request.profile` (made on first visit). Their
+    zone, `request.viewer_zone`, comes from reservations.middleware like every page's."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
@@ -43,9 +44,10 @@ def page(view):
                 back = request.htmx.current_url_abs_path or reverse("calendar")
                 return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{urlencode({'next': back})}")
             return redirect_to_login(request.get_full_path())
-        request.profile = profile_services.profile_get_or_create(user=request.user)
-        request.tz = zoneinfo.ZoneInfo(request.profile.time_zone)
-        with timezone.override(request.tz):
+        if getattr(request, "profile", None) is None:
+            request.profile = profile_services.profile_get_or_create(user=request.user)
+            request.viewer_zone = zoneinfo.ZoneInfo(request.profile.time_zone)
+        with timezone.override(request.viewer_zone):
             return view(request, *args, **kwargs)
 
     return wrapper
@@ -124,7 +126,7 @@ def _parse_date(value: str | None, default: dt.date) -> dt.date:
 def calendar_page(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     view = "day" if request.GET.get("view") == "day" else "week"
-    day = _parse_date(request.GET.get("date"), now.astimezone(request.tz).date())
+    day = _parse_date(request.GET.get("date"), now.astimezone(request.viewer_zone).date())
     config = {
         "feedUrl": reverse("calendar-events"),
         "bookUrl": reverse("booking-new"),
@@ -132,8 +134,8 @@ def calendar_page(request: HttpRequest) -> HttpResponse:
         "view": view,
         "date": day.isoformat(),
         "timeZone": request.profile.time_zone,
-        "offset": _offset_string(now, request.tz),
-        "now": calendar_feed.floating(now, request.tz),
+        "offset": _offset_string(now, request.viewer_zone),
+        "now": calendar_feed.floating(now, request.viewer_zone),
         "slotMinutes": settings.GPUBOOK_SLOT_MINUTES,
     }
     return render(
@@ -152,18 +154,21 @@ def calendar_page(request: HttpRequest) -> HttpResponse:
 @page
 def calendar_events(request: HttpRequest) -> JsonResponse:
     """The calendar's feed for [start, end): times without an offset are the viewer's wall clock."""
-    start = parse_local_or_aware(request.GET.get("start", ""), request.tz)
-    end = parse_local_or_aware(request.GET.get("end", ""), request.tz)
+    start = parse_local_or_aware(request.GET.get("start", ""), request.viewer_zone)
+    end = parse_local_or_aware(request.GET.get("end", ""), request.viewer_zone)
     if start is None or end is None:
         return JsonResponse(
-            {"code": "invalid_range", "detail": "Give `start` and `end` as ISO-8601 date-times."}, status=400
+            {"code": ErrorCode.INVALID_RANGE, "detail": "Give `start` and `end` as ISO-8601 date-times."}, status=400
         )
     # Years near the ends of Python's calendar overflow in zone arithmetic; nobody books there.
     if end <= start or end - start > calendar_feed.MAX_FEED_RANGE or not 1970 <= start.year <= end.year <= 9000:
         return JsonResponse(
-            {"code": "invalid_range", "detail": "`end` must be after `start`, at most 42 days later."}, status=400
+            {"code": ErrorCode.INVALID_RANGE,
+             "detail": "`end` must be after `start`, at most 42 days later."}, status=400
         )
-    feed = calendar_feed.calendar_feed(user=request.user, start=start, end=end, tz=request.tz, now=timezone.now())
+    feed = calendar_feed.calendar_feed(
+        user=request.user, start=start, end=end, tz=request.viewer_zone, now=timezone.now()
+    )
     return JsonResponse(feed)
 
 
@@ -186,7 +191,7 @@ def _booking_form(request: HttpRequest, data=None, initial=None, node_id: int | 
         initial=initial,
         teams=selectors.teams_visible_to(user=request.user).order_by("name"),
         gpus=gpus,
-        tz=request.tz,
+        tz=request.viewer_zone,
         slot_minutes=settings.GPUBOOK_SLOT_MINUTES,
     )
 
@@ -200,13 +205,13 @@ def _initial_from_query(request: HttpRequest) -> tuple[dict, int | None]:
     if gpu_ids:
         initial["gpus"] = gpu_ids
         node_id = Gpu.objects.filter(pk=gpu_ids[0]).values_list("node_id", flat=True).first()
-    start = parse_local_or_aware(params.get("start", ""), request.tz)
-    end = parse_local_or_aware(params.get("end", ""), request.tz)
+    start = parse_local_or_aware(params.get("start", ""), request.viewer_zone)
+    end = parse_local_or_aware(params.get("end", ""), request.viewer_zone)
     if start is not None:
-        local_start = start.astimezone(request.tz)
+        local_start = start.astimezone(request.viewer_zone)
         initial.update(date=local_start.date(), start_time=local_start.time())
         if end is not None and end > start:
-            local_end = end.astimezone(request.tz)
+            local_end = end.astimezone(request.viewer_zone)
             initial["end_time"] = local_end.time()
             if local_end.date() != local_start.date():
                 initial["end_date"] = local_end.date()
@@ -246,7 +251,7 @@ def booking_new(request: HttpRequest) -> HttpResponse:
             now=timezone.now(),
         )
     except DomainError as error:
-        response = _render_booking(request, form, error=describe_error(error, tz=request.tz), node_id=node_id)
+        response = _render_booking(request, form, error=describe_error(error, tz=request.viewer_zone), node_id=node_id)
         if request.htmx and error.code == "slot_conflict":
             # The calendar was out of date: let it show what the slot collided with.
             trigger_client_event(response, CHANGED_EVENT, {"conflict": True})
@@ -291,10 +296,10 @@ def _render_detail(request: HttpRequest, reservation: Reservation, *, error: dic
     if form is None:
         form = RescheduleForm(
             initial={
-                "start": reservation.start.astimezone(request.tz).strftime("%Y-%m-%dT%H:%M"),
-                "end": reservation.end.astimezone(request.tz).strftime("%Y-%m-%dT%H:%M"),
+                "start": reservation.start.astimezone(request.viewer_zone).strftime("%Y-%m-%dT%H:%M"),
+                "end": reservation.end.astimezone(request.viewer_zone).strftime("%Y-%m-%dT%H:%M"),
             },
-            tz=request.tz,
+            tz=request.viewer_zone,
             slot_minutes=settings.GPUBOOK_SLOT_MINUTES,
         )
     context = {
@@ -333,7 +338,7 @@ def _after_change(request: HttpRequest, reservation_id: int, done: str) -> HttpR
 
 def _refused(request: HttpRequest, reservation_id: int, error: DomainError, form=None) -> HttpResponse:
     reservation = _load_visible(request, reservation_id)
-    return _render_detail(request, reservation, error=describe_error(error, tz=request.tz), form=form)
+    return _render_detail(request, reservation, error=describe_error(error, tz=request.viewer_zone), form=form)
 
 
 @require_POST
@@ -344,7 +349,7 @@ def reservation_cancel(request: HttpRequest, reservation_id: int) -> HttpRespons
             reservation_id=reservation_id, actor=request.user, now=timezone.now(), reason="cancelled in the calendar"
         )
     except DomainError as error:
-        if error.code == "not_found":
+        if error.code == ErrorCode.NOT_FOUND:
             raise Http404(error.detail) from None
         return _refused(request, reservation_id, error)
     return _after_change(request, reservation_id, f"Reservation #{reservation_id} cancelled.")
@@ -358,7 +363,7 @@ def reservation_release(request: HttpRequest, reservation_id: int) -> HttpRespon
             reservation_id=reservation_id, actor=request.user, now=timezone.now(), reason="released early by the user"
         )
     except DomainError as error:
-        if error.code == "not_found":
+        if error.code == ErrorCode.NOT_FOUND:
             raise Http404(error.detail) from None
         return _refused(request, reservation_id, error)
     return _after_change(request, reservation_id, f"Reservation #{reservation_id} released; the rest is free again.")
@@ -368,7 +373,7 @@ def reservation_release(request: HttpRequest, reservation_id: int) -> HttpRespon
 @page
 def reservation_reschedule(request: HttpRequest, reservation_id: int) -> HttpResponse:
     _load_visible(request, reservation_id)  # 404 before parsing for bookings the viewer cannot see
-    form = RescheduleForm(request.POST, tz=request.tz, slot_minutes=settings.GPUBOOK_SLOT_MINUTES)
+    form = RescheduleForm(request.POST, tz=request.viewer_zone, slot_minutes=settings.GPUBOOK_SLOT_MINUTES)
     if not form.is_valid():
         return _render_detail(request, _load_visible(request, reservation_id), form=form)
     try:
@@ -380,7 +385,7 @@ def reservation_reschedule(request: HttpRequest, reservation_id: int) -> HttpRes
             end=form.cleaned_data["end_utc"],
         )
     except DomainError as error:
-        if error.code == "not_found":
+        if error.code == ErrorCode.NOT_FOUND:
             raise Http404(error.detail) from None
         return _refused(request, reservation_id, error, form=form)
     return _after_change(request, reservation_id, f"Reservation #{reservation_id} now runs as shown.")

@@ -30,6 +30,7 @@ class Reason(StrEnum):
     STOP_GRACE_OVER = "stop_grace_over"
     NO_SHOW = "no_show"
     JOB_FINISHED_EARLY = "job_finished_early"
+    PRIORITY_PREEMPTION = "priority_preemption"
 
     @property
     def sentence(self) -> str:
@@ -48,6 +49,8 @@ _SENTENCES = {
     "and the unused GPU-hours refunded.",
     Reason.JOB_FINISHED_EARLY: "The reserved job finished early; the rest of the slot is "
     "released and refunded.",
+    Reason.PRIORITY_PREEMPTION: "A job of higher priority needs these GPUs; the run "
+    "checkpoints and is queued again to resume.",
 }
 
 

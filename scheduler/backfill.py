@@ -213,6 +213,7 @@ def start_queued_jobs(
         max_preemptions = policy.max_preemptions
 
         protecting = policy.backfill_protected_jobs > 0 and use_estimates
+        safe_factor = policy.non_checkpointable_gap_factor
 
         def classify(job: QueuedJob) -> int | None:
             needed = job.gpus_needed
@@ -228,6 +229,8 @@ def start_queued_jobs(
                 return CANDIDATE
             gap_end_s = longest_gap_end_s[needed]
             estimate_s = job.estimated_duration_s or default_estimate_s
+            if not job.checkpointable:
+                estimate_s *= safe_factor
             if gap_end_s >= now_s + estimate_s + grace_s or (
                 job.checkpointable
                 and job.times_preempted < max_preemptions
@@ -353,6 +356,8 @@ class _Placer:
         if not policy.use_estimates:
             return self._place_anywhere(needed, limit_end_s)
         estimate_s = job.estimated_duration_s or policy.default_estimate_s
+        if not job.checkpointable:
+            estimate_s *= policy.non_checkpointable_gap_factor
         fitting = self._place_fitting(
             needed, estimate_s, limit_end_s, safest=not job.checkpointable
         )
@@ -448,6 +453,8 @@ class _Placer:
         policy = self.policy
         now_s = self.now_s
         estimate_s = job.estimated_duration_s or policy.default_estimate_s
+        if not job.checkpointable:
+            estimate_s *= policy.non_checkpointable_gap_factor
         # Without estimates any gap longer than the grace will do (the baselines).
         fit_s = estimate_s if policy.use_estimates else 0.0
         attempts = [(now_s + fit_s + policy.grace_s, False)]

@@ -5,9 +5,11 @@ The steps, each a policy module with its rule in its docstring:
 2. slot_end (with reservations_first's clearing rule): Stop at deadline − grace, Kill at the
    deadline, for every run;
 3. reservations_first: start the attached job of every reservation whose slot has begun;
-4. backfill (with queue_order, fair_share, quota): start queued jobs on idle GPUs.
+4. backfill (with queue_order, fair_share, quota): start queued jobs on idle GPUs;
+5. priority_preemption: an urgent/high job backfill could not start stops lower-priority
+   backfill runs to make room.
 
-Output order is fixed: kills, stops, releases, starts; within each, the order the step
+Output order is fixed: kills, stops (deadlines, then preemptions), releases, starts; within each, the order the step
 visited them in (runs by id, reservations by start then id, jobs by queue order). The
 plan depends only on the snapshot's contents, not on the order of its tuples.
 
@@ -34,6 +36,7 @@ from scheduler.fair_share import FairShare, compute_fair_share
 from scheduler.index import IndexCache, ReservationIndex, topology_of
 from scheduler.instants import check_now, converter_like, to_seconds
 from scheduler.policy import DEFAULT_POLICY, Policy
+from scheduler.priority_preemption import plan_priority_preemption
 from scheduler.quota import QuotaBook
 from scheduler.release import plan_releases
 from scheduler.reservations_first import start_reserved_runs
@@ -144,6 +147,23 @@ def plan_detailed(
         policy=policy,
         to_instant=to_instant,
     )
+    preemption_stops = plan_priority_preemption(
+        queued_jobs=snapshot.queued_jobs,
+        runs=runs,
+        started_job_ids={start.job_id for start in (*reserved_starts, *backfill_starts)},
+        running_jobs=running_jobs,
+        stopping_run_ids={action.run_id for action in (*kills, *stops)},
+        occupied=occupied,
+        index=index,
+        topology=topology,
+        now_s=now_s,
+        policy=policy,
+        to_instant=to_instant,
+        wakeups=wakeups,
+    )
+    if preemption_stops:
+        # Their kill is due a grace period from now if they have not left by then.
+        wakeups.append(now_s + policy.grace_s)
     for start in (*reserved_starts, *backfill_starts):
         # The runs started now are not in the snapshot yet; their stop and kill are due
         # by time alone, so they count for the next wake-up too.
@@ -154,6 +174,8 @@ def plan_detailed(
     # inf stands for "never" (a deadline that does not exist): not a wake-up.
     future = [moment for moment in wakeups if now_s < moment < math.inf]
     return PlanResult(
-        actions=(*kills, *stops, *releases, *reserved_starts, *backfill_starts),
+        actions=(
+            *kills, *stops, *preemption_stops, *releases, *reserved_starts, *backfill_starts
+        ),
         next_wakeup=to_instant(min(future)) if future else None,
     )

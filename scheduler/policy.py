@@ -64,9 +64,24 @@ class Policy:
     min_preemptible_runtime_s: float = 15 * 60.0
     # A job preempted this many times only starts where its estimate fits (no thrashing).
     max_preemptions: int = 3
+    # A job that cannot checkpoint loses all its work if a reservation stops it, and
+    # estimates err (Philly: a user's next run is often several times the last two), so it
+    # goes into a gap before a reservation only if the gap holds this multiple of its
+    # estimate: a conservative quantile of the runtime instead of the mean. GPUs with no
+    # reservation ahead take it whatever its estimate. 1.0 = trust the estimate; 3.0 cut
+    # the work lost on philly by a quarter for 4 % more mean wait (BENCHMARKS.md, #15).
+    non_checkpointable_gap_factor: float = 3.0
     # Estimate used when a job has none and the estimator had no history (Philly mean-ish
     # is hours; one hour keeps unknown jobs off GPUs booked soon without locking them out).
     default_estimate_s: float = HOUR_S
+
+    # Priority preemption (scheduler.priority_preemption): an urgent or high job that
+    # cannot start may stop running backfill runs of a lower class, checkpointable ones
+    # first, each only after it has run this long (shorter runs mostly pay restart cost).
+    priority_preemption: bool = True
+    min_runtime_before_preemption_s: float = 15 * 60.0
+    # At most this many waiting urgent/high jobs are considered for preemption per plan.
+    max_preempting_jobs_per_plan: int = 8
 
     # Longest a backfill run of a team with a quota may hold before it checkpoints and is
     # requeued (at least twice its estimate), so one run cannot book a team's whole month.

@@ -65,7 +65,7 @@ class RunKind(StrEnum):
 
 
 class ReservationStatus(StrEnum):
-    PENDING_APPROVAL = "pending_approval"
+    PENDING = "pending"  # waiting for a team manager's approval (the word Django uses)
     CONFIRMED = "confirmed"
     ACTIVE = "active"
     COMPLETED = "completed"
@@ -126,6 +126,9 @@ class Run:
     stop_requested_at: Instant | None = None
     estimated_end: Instant | None = None
     priority: Priority = Priority.MEDIUM
+    # Whether the job saves a checkpoint on Stop (the YOLO runner does): priority
+    # preemption stops such runs first, since the others lose all their work.
+    checkpointable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

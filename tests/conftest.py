@@ -28,46 +28,18 @@ def postgres_only():
 
 @pytest.fixture
 def inventory(db):
-    from gpus.models import Gpu, Node
+    from tests.support import make_inventory
 
-    node_a = Node.objects.create(name="node-a")
-    node_b = Node.objects.create(name="node-b")
-    gpus_a = [
-        Gpu.objects.create(node=node_a, index=i, model_name="NVIDIA A100", memory_mib=81920)
-        for i in range(4)
-    ]
-    gpus_b = [
-        Gpu.objects.create(node=node_b, index=i, model_name="NVIDIA L40S", memory_mib=46068)
-        for i in range(2)
-    ]
-    return {"node_a": node_a, "node_b": node_b, "a": gpus_a, "b": gpus_b}
+    return make_inventory()
 
 
 @pytest.fixture
 def people(db):
-    from django.contrib.auth import get_user_model
+    """The personas (tests/support.py): owner, teammate and manager in `vision`, the
+    outsider in `nlp`, and an admin."""
+    from tests.support import make_people
 
-    from reservations.models import Membership, Team
-
-    user_model = get_user_model()
-    vision = Team.objects.create(name="vision", slug="vision", monthly_gpu_hours=100)
-    nlp = Team.objects.create(name="nlp", slug="nlp", monthly_gpu_hours=100)
-
-    def make(username, team=None, role=Membership.Role.MEMBER, **extra):
-        user = user_model.objects.create_user(username=username, password="pw-" + username, **extra)
-        if team is not None:
-            Membership.objects.create(user=user, team=team, role=role)
-        return user
-
-    return {
-        "vision": vision,
-        "nlp": nlp,
-        "owner": make("alice", vision),
-        "teammate": make("dave", vision),
-        "manager": make("bob", vision, Membership.Role.MANAGER),
-        "outsider": make("carol", nlp),
-        "admin": make("admin", is_superuser=True, is_staff=True),
-    }
+    return make_people()
 
 
 @pytest.fixture

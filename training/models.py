@@ -111,6 +111,11 @@ class TrainingJob(models.Model):
     # When its owner was told it waits too long: the tick then needs one query for the jobs
     # that are due, not one notice lookup per queued job (issue #19).
     waiting_noticed_at = models.DateTimeField(null=True, blank=True)
+    # The queue as people read it (training/queue.py): refreshed by the scheduler, read by pages and the API.
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    wait_reason = models.CharField(max_length=300, blank=True)
+    estimated_at = models.DateTimeField(null=True, blank=True)
     waiting_for = models.CharField(max_length=8, choices=WaitingFor.choices, default=WaitingFor.SLOT, blank=True)
     submitted_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)

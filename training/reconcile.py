@@ -12,7 +12,9 @@ Steps (STYLE.md habit 5; each can crash and the next tick repairs it):
 5. plan: snapshot the database → `scheduler.plan_detailed(snapshot, now, policy)`;
 6. apply each action: claim it in the database with compare-and-set and commit, then call
    the executor — never inside a transaction;
-7. notices that depend only on the clock (slot ending soon, waiting too long).
+7. notices that depend only on the clock (slot ending soon, waiting too long);
+8. the queue as people read it: every queued job's position, estimated start and why it
+   waits, after this tick's actions (`training.queue`, at most every GPUBOOK_QUEUE_ESTIMATE_SECONDS).
 
 The rooms around it: `training.snapshot` (database → snapshot), `training.launch` (claimed
 run → RunSpec → executor), `training.run_state` (every change of a run's state),
@@ -42,6 +44,7 @@ from training.continuation import jobs_continue
 from training.executors.base import Executor, ExecutorError, ObservedRun
 from training.launch import launch, run_claim
 from training.models import Run, TrainingJob, WaitingFor
+from training.queue import queue_estimates_refresh
 from training.run_state import (
     notify_run,
     run_end,
@@ -117,9 +120,10 @@ def reconcile(*, now: dt.datetime, executor: Executor, policy: scheduler.Policy 
         observed = record_observations(executor=executor, now=now, report=report)  # 2
         repair(executor=executor, now=now, report=report, observed=observed)  # 3
         report.continued = jobs_continue(now=now).moved  # 4
-        result = plan(now=now, policy=policy)  # 5
+        result = scheduler.plan_detailed(build_snapshot(now=now, policy=policy), now, policy)  # 5
         apply_actions(result.actions, executor=executor, now=now, report=report)  # 6
         notify_progress(now=now, policy=policy)  # 7
+        queue_estimates_refresh(now=now, policy=policy)  # 8
         report.next_wakeup = result.next_wakeup
         return report
 
@@ -181,11 +185,6 @@ def repair(
         with contextlib.suppress(ExecutorError):
             executor.stop(handle, remaining)
             run_stop_sent(run=run, now=now)
-
-
-# --- 5. plan ------------------------------------------------------------------------------------
-def plan(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.PlanResult:
-    return scheduler.plan_detailed(build_snapshot(now=now, policy=policy), now, policy)
 
 
 # --- 6. apply -----------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 
 from config.errors import Conflict, DomainError, NotFound
-from reservations.models import Membership, Team
+from reservations import selectors as reservation_selectors
+from reservations.models import Team
 from training.models import Artifact, ModelVersion, RegisteredModel, Run, RunMetric
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
@@ -31,7 +32,7 @@ def final_metrics(run: Run) -> dict:
 
 
 def _may_use_team(user: AbstractBaseUser, team: Team) -> bool:
-    return user.is_superuser or Membership.objects.filter(user=user, team=team).exists()
+    return user.is_superuser or reservation_selectors.team_role(user=user, team_id=team.pk) is not None
 
 
 def model_promote(*, run_id: int, name: str, actor: AbstractBaseUser, now: dt.datetime, note: str = "") -> ModelVersion:

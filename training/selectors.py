@@ -1,5 +1,5 @@
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from reservations.models import Team
 from training.models import Run, TrainingJob
@@ -17,3 +17,24 @@ def runs_visible_to(*, user: AbstractBaseUser) -> QuerySet[Run]:
     if user.is_superuser:
         return runs
     return runs.filter(job__team__in=Team.objects.filter(memberships__user=user))
+
+
+def queue_for(*, user: AbstractBaseUser) -> list[dict]:
+    """The whole cluster's queue in the order backfill tries it (training/queue.py keeps the
+    figures). Other teams' jobs are shown as the calendar shows their bookings: anonymised."""
+    own_teams = set() if user.is_superuser else set(
+        Team.objects.filter(memberships__user=user).values_list("pk", flat=True)
+    )
+    rows = []
+    queued = TrainingJob.objects.filter(state=TrainingJob.State.QUEUED, reservation__isnull=True)
+    ordered = queued.select_related("team", "user").order_by(
+        F("queue_position").asc(nulls_last=True), "submitted_at", "pk"
+    )
+    for job in ordered:
+        visible = user.is_superuser or job.team_id in own_teams
+        rows.append({
+            "job": job if visible else None, "position": job.queue_position, "gpus": job.gpus_needed,
+            "priority": job.get_priority_display(), "estimated_start": job.estimated_start,
+            "wait_reason": job.wait_reason, "submitted_at": job.submitted_at,
+        })
+    return rows

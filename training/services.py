@@ -11,7 +11,8 @@ from django.db import transaction
 
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from gpus.models import Gpu
-from reservations.models import Membership, Reservation, Team
+from reservations import selectors as reservation_selectors
+from reservations.models import Reservation, Team
 from training import seed_style
 from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, Then, TrainingImage, TrainingJob, WaitingFor, hash_token
@@ -62,7 +63,7 @@ def job_submit(
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
         raise DomainError("unknown_team", f"No team {team_slug!r}; the spec's `team` is the team's slug.")
-    if not user.is_superuser and not Membership.objects.filter(user=user, team=team).exists():
+    if not user.is_superuser and reservation_selectors.team_role(user=user, team_id=team.pk) is None:
         raise NotPermitted("not_team_member", f"You are not a member of {team.name}.")
     images = allowed_images()
     try:
@@ -111,13 +112,10 @@ def _load_job_for_change(*, job_id: int, actor: AbstractBaseUser) -> TrainingJob
     job = TrainingJob.objects.select_related("team").filter(pk=job_id).first()
     if job is None:
         raise NotFound("not_found", f"No job #{job_id}.")
-    if actor.is_superuser or job.user_id == actor.pk:
-        return job
-    role = Membership.objects.filter(user=actor, team=job.team).values_list("role", flat=True).first()
-    if role is None:
-        raise NotFound("not_found", f"No job #{job_id}.")
-    if role != Membership.Role.MANAGER:
-        raise NotPermitted("not_permitted", "Only the submitter, a team manager or an admin may change this job.")
+    reservation_selectors.require_can_change(
+        user=actor, obj=job, not_found=f"No job #{job_id}.",
+        not_permitted="Only the submitter, a team manager or an admin may change this job.",
+    )
     return job
 
 

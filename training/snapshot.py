@@ -66,12 +66,14 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
             id=pk, job_id=job_id, gpu_ids=tuple(gpu_ids), kind=scheduler.RunKind(kind),
             started_at=started_at or created_at, team=team, user=user, reservation_id=reservation_id,
             must_end_by=must_end_by, stop_requested_at=stop_requested_at, estimated_end=estimated_end,
-            priority=scheduler.Priority(priority),
+            priority=scheduler.Priority(priority), checkpointable=checkpointable,
         )
         for (pk, job_id, gpu_ids, kind, started_at, created_at, team, user, reservation_id, must_end_by,
-             stop_requested_at, estimated_end, priority) in Run.objects.filter(state__in=Run.LIVE).values_list(
+             stop_requested_at, estimated_end, priority, checkpointable)
+        in Run.objects.filter(state__in=Run.LIVE).values_list(
             "pk", "job_id", "gpu_ids", "kind", "started_at", "created_at", "job__team_id", "job__user_id",
             "reservation_id", "must_end_by", "stop_requested_at", "estimated_end", "job__priority",
+            "job__checkpointable",  # priority preemption stops checkpointable runs first
         )
     )
     return scheduler.Snapshot(

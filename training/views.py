@@ -102,6 +102,12 @@ estimated_duration: 15m
 """
 
 
+@login_required
+@require_GET
+def queue_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "training/queue.html", {"nav": "queue", "rows": selectors.queue_for(user=request.user)})
+
+
 def _job_or_404(request: HttpRequest, job_id: int) -> TrainingJob:
     return get_object_or_404(selectors.jobs_visible_to(user=request.user), pk=job_id)
 

@@ -33,6 +33,8 @@ from django.db.models import Count, Q
 
 from config.errors import DomainError
 from gpus.models import GpuSample
+from notifications import services as notices
+from notifications.models import EventType
 from reservations import services as reservation_services
 from reservations import timegrid
 from reservations.models import Reservation
@@ -41,9 +43,8 @@ from training.run_state import run_request_stop
 
 logger = logging.getLogger(__name__)
 IDLE_COVERAGE = 0.9  # share of the window's GPU-minutes that must have telemetry
-IDLE_EVENT = "reservation.idle"
-ANOMALY_EVENT = "run.anomaly"
-_said_missing_event: set[str] = set()
+IDLE_EVENT = EventType.RESERVATION_IDLE
+ANOMALY_EVENT = EventType.RUN_ANOMALY
 
 
 @dataclasses.dataclass
@@ -55,35 +56,22 @@ class WatchdogSummary:
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
-def _setting(name: str, default):
-    return getattr(settings, name, default)
-
-
 def _floor_minute(moment: dt.datetime) -> dt.datetime:
     return moment.astimezone(dt.UTC).replace(second=0, microsecond=0)
 
 
 def watchdog_tick(*, now: dt.datetime) -> WatchdogSummary:
     summary = WatchdogSummary()
-    if _setting("GPUBOOK_IDLE_DETECTION", True):
+    if settings.GPUBOOK_IDLE_DETECTION:
         check_idle_reservations(now=now, summary=summary)
-    if _setting("GPUBOOK_ANOMALY_STOP", True):
+    if settings.GPUBOOK_ANOMALY_STOP:
         check_run_anomalies(now=now, summary=summary)
     return summary
 
 
 # --- notices -------------------------------------------------------------------------------------
 def _emit(*, event_type: str, team_id: int, user_id: int, payload: dict, now: dt.datetime, dedupe_key: str) -> bool:
-    """The one call site for the watchdog's own notices. They need event types the
-    notifications room may not define yet; until it does, say so once and send nothing."""
-    from notifications import services as notices
-    from notifications.models import EventType
-
-    if event_type not in EventType.values:
-        if event_type not in _said_missing_event:
-            logger.warning("notifications has no %r event type yet: the watchdog's notice was not sent", event_type)
-            _said_missing_event.add(event_type)
-        return False
+    """The one call site for the watchdog's own notices."""
     return notices.notice_emit(
         event_type=event_type, team_id=team_id, payload=payload, recipients=[user_id], now=now, dedupe_key=dedupe_key
     ) is not None
@@ -120,7 +108,7 @@ def check_idle_reservations(*, now: dt.datetime, summary: WatchdogSummary) -> No
         .prefetch_related("booked")
         .order_by("start", "id")
     )
-    slot_minutes = _setting("GPUBOOK_SLOT_MINUTES", 30)
+    slot_minutes = settings.GPUBOOK_SLOT_MINUTES
     for reservation in live:
         gpu_ids = sorted(row.gpu_id for row in reservation.booked.all())
         if not reservation_is_idle(reservation, gpu_ids, now=now):
@@ -194,8 +182,8 @@ def loss_anomaly(*, epochs: list[dict], progress: dict) -> str | None:
         )
         if vanished:
             return f"Stopped: the training loss {vanished[0]} became NaN or infinite (no longer reported)."
-    window = int(_setting("GPUBOOK_ANOMALY_LOSS_WINDOW", 5))
-    factor = float(_setting("GPUBOOK_ANOMALY_LOSS_JUMP_FACTOR", 3.0))
+    window = settings.GPUBOOK_ANOMALY_LOSS_WINDOW
+    factor = settings.GPUBOOK_ANOMALY_LOSS_JUMP_FACTOR
     if len(epochs) < 4:  # at least three earlier epochs make a "recent level"
         return None
     latest = epochs[-1]
@@ -218,7 +206,7 @@ def loss_anomaly(*, epochs: list[dict], progress: dict) -> str | None:
 
 def hot_gpus(*, gpu_ids: set[int], now: dt.datetime) -> dict[int, float]:
     """GPU id → temperature for GPUs over the limit in the last full minute with figures."""
-    limit = float(_setting("GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS", 90.0))
+    limit = settings.GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS
     latest: dict[int, float] = {}
     recent = GpuSample.objects.filter(
         gpu_id__in=gpu_ids, minute__gte=_floor_minute(now) - dt.timedelta(minutes=2), minute__lt=_floor_minute(now),
@@ -235,9 +223,9 @@ def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
     )
     if not runs:
         return
-    window = int(_setting("GPUBOOK_ANOMALY_LOSS_WINDOW", 5))
+    window = settings.GPUBOOK_ANOMALY_LOSS_WINDOW
     hot = hot_gpus(gpu_ids={gpu_id for run in runs for gpu_id in run.gpu_ids}, now=now)
-    limit = float(_setting("GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS", 90.0))
+    limit = settings.GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS
     for run in runs:
         recent = list(
             RunMetric.objects.filter(run=run, event="epoch").order_by("-id").values_list("values", flat=True)[
@@ -262,7 +250,7 @@ def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
 def run_stop_for_anomaly(*, run: Run, reason: str, now: dt.datetime, hold_job: bool = False) -> bool:
     """Ask the run to checkpoint and stop (compare-and-set; reconcile delivers the stop).
     `hold_job`: the job ends as failed with the reason instead of being resumed."""
-    grace = dt.timedelta(seconds=float(_setting("GPUBOOK_STOP_GRACE_SECONDS", 60)))
+    grace = dt.timedelta(seconds=settings.GPUBOOK_STOP_GRACE_SECONDS)
     kill_at = min(now + grace, run.must_end_by) if run.must_end_by else now + grace
     if not run_request_stop(run_id=run.pk, now=now, kill_at=kill_at, reason=reason, only_running=True):
         return False

@@ -44,13 +44,13 @@ def reset_state() -> None:
 
 
 def local_node_name() -> str:
-    return getattr(settings, "GPUBOOK_NODE_NAME", "") or socket.gethostname()
+    return settings.GPUBOOK_NODE_NAME or socket.gethostname()
 
 
 def telemetry_tick(now: dt.datetime, *, sampler: NvmlSampler | None = None) -> dict:
     """One iteration; returns what it did (for logs and tests)."""
     done = {"sampled": 0, "stored": 0, "imported": 0, "pruned": 0}
-    prometheus_url = getattr(settings, "PROMETHEUS_URL", "")
+    prometheus_url = settings.PROMETHEUS_URL
     if prometheus_url:
         minute = floor_minute(now) - dt.timedelta(minutes=1)  # the last minute that has ended
         if _state.last_import_minute != minute:
@@ -61,7 +61,7 @@ def telemetry_tick(now: dt.datetime, *, sampler: NvmlSampler | None = None) -> d
                 _state.last_import_minute = minute
             except prometheus_source.PrometheusError as error:
                 logger.warning("telemetry from Prometheus failed: %s", error)
-    elif getattr(settings, "GPUBOOK_TELEMETRY_LOCAL", True):
+    elif settings.GPUBOOK_TELEMETRY_LOCAL:
         if sampler is not None:
             _state.sampler = sampler
         elif _state.sampler is None:

@@ -12,7 +12,6 @@ from django.db import transaction
 
 from gpus.models import Gpu, GpuSample, Node, NodeAgentToken
 
-DEFAULT_RETENTION_DAYS = 30
 BUCKET_FIELDS = (
     "sample_count",
     "utilization_mean",
@@ -142,7 +141,7 @@ def samples_record(*, node: Node, buckets: Iterable[dict], now: dt.datetime) -> 
 
 
 def retention_days() -> int:
-    return int(getattr(settings, "GPUBOOK_TELEMETRY_RETENTION_DAYS", DEFAULT_RETENTION_DAYS))
+    return settings.GPUBOOK_TELEMETRY_RETENTION_DAYS
 
 
 def samples_prune(*, now: dt.datetime) -> int:

@@ -15,15 +15,17 @@ The simulated runner: a run makes progress after a restart overhead (only when r
 from a checkpoint); on Stop a checkpointable job saves within `CHECKPOINT_SAVE_S` (bounded
 by the grace) and keeps its progress, a non-checkpointable one exits at once and loses it;
 on Kill the work since the run started is lost. Stopped jobs are requeued with their
-original submit time. The engine checks the invariants as it goes and raises
-`InvariantViolation` on the first breach, so a bug cannot hide in a metric.
+original submit time. With `run_aware_booking` the engine also plays the booking service:
+a booking is placed on GPUs when it is made, around the runs of that moment. The engine
+checks the invariants as it goes and raises `InvariantViolation` on the first breach, so a
+bug cannot hide in a metric.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
@@ -33,9 +35,12 @@ from scheduler.fair_share import decayed_gpu_seconds
 from scheduler.index import IndexCache
 from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
+from scheduler.priority_preemption import PREEMPTING_CLASSES
+from scheduler.sim.calendar import Calendar
 from scheduler.snapshot import (
     Gpu,
     Id,
+    Priority,
     QueuedJob,
     Reservation,
     ReservationStatus,
@@ -48,6 +53,8 @@ from scheduler.snapshot import (
 
 # How long a checkpointable run needs to save after SIGTERM (capped by its grace).
 CHECKPOINT_SAVE_S = 30.0
+# How far the run-aware booking service moves a booking to find room (as the workload's).
+MAX_BOOKING_SHIFT_S = 7 * 86400.0
 # Floating-point slack for comparisons of simulated times.
 EPSILON_S = 1e-6
 # Re-plans at one instant after actions that free GPUs; a bound against a plan bug looping.
@@ -81,6 +88,7 @@ class SimJob:
     first_start_s: float | None = None
     completed_s: float | None = None
     estimate_s: float | None = None
+    priority: Priority = Priority.MEDIUM
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +161,16 @@ class SimulationConfig:
     # long jobs that the trace ran in one go).
     enforce_quotas: bool = False
     record_actions: bool = False
+    # The booking service places each booking when it is made, on the node whose GPUs it
+    # would cost least to clear at the slot's start (idle, or running work that ends first
+    # or can checkpoint, before work that cannot), fullest node first (keeps whole nodes
+    # free), instead of using the GPUs the workload chose blind to the runs.
+    run_aware_booking: bool = False
+    # With run_aware_booking: the step to the next slot when a booking's slot is full.
+    booking_shift_s: float = 1800.0
+    # Called with (now, snapshot) before the first plan of each instant that plans, e.g. to
+    # measure queue estimates against what then happens. It must not change anything.
+    observer: Callable[[float, Snapshot], None] | None = None
 
 
 class Simulation:
@@ -166,6 +184,7 @@ class Simulation:
         self.jobs: dict[int, SimJob] = {job.id: job for job in jobs}
         self.bookings = sorted(bookings, key=lambda booking: (booking.booked_at_s, booking.id))
         self.booking_by_id = {booking.id: booking for booking in self.bookings}
+        self._booking_position = {booking.id: n for n, booking in enumerate(self.bookings)}
         self.events: list[tuple[float, int, int, int]] = []
         self.sequence = 0
         self.queue: dict[int, QueuedJob] = {}
@@ -176,6 +195,8 @@ class Simulation:
         self.usage: dict[tuple[str, str], Usage] = {}
         self.recent_durations: dict[tuple[str, int], deque[float]] = {}
         self.team_charges: dict[str, float] = {team: 0.0 for team in config.team_quota_gpu_s}
+        self.calendar = Calendar(self.gpus) if config.run_aware_booking else None
+        self.refused_bookings: set[int] = set()
         self.result = SimulationResult(
             jobs=self.jobs,
             bookings=self.bookings,
@@ -224,7 +245,11 @@ class Simulation:
                 _, kind, _, payload = heapq.heappop(self.events)
                 if kind != _EventKind.WAKEUP:
                     self.pending_real_events -= 1
-                only_submissions &= kind == _EventKind.SUBMIT
+                # An urgent or high submission may preempt even on a full cluster.
+                only_submissions &= kind == _EventKind.SUBMIT and (
+                    self.jobs[payload].priority not in PREEMPTING_CLASSES
+                    or not self.policy.priority_preemption
+                )
                 self._handle(now_s, _EventKind(kind), payload)
             self._prune_reservations(now_s)
             if only_submissions and len(self.gpu_holder) == len(self.gpus):
@@ -252,7 +277,12 @@ class Simulation:
         while starts and starts[0][0] <= now_s:
             start_s, booking_id = heapq.heappop(starts)
             booking = self.booking_by_id[booking_id]
-            if booking_id in self.result.released or start_s < now_s - EPSILON_S:
+            if (
+                booking_id in self.result.released
+                or booking_id in self.refused_bookings
+                or start_s != booking.start_s  # moved to a later slot when it was made
+                or start_s < now_s - EPSILON_S
+            ):
                 continue
             if booking.start_s - booking.booked_at_s < self.policy.grace_s:
                 continue
@@ -268,6 +298,10 @@ class Simulation:
             self._submit(self.jobs[payload], now_s)
         elif kind == _EventKind.BOOKING_VISIBLE:
             booking = self.booking_by_id[payload]
+            if self.calendar is not None:
+                booking = self._place_booking(booking, now_s)
+                if booking is None:
+                    return
             self.reservations[booking.id] = Reservation(
                 id=booking.id,
                 gpu_ids=booking.gpu_ids,
@@ -287,6 +321,77 @@ class Simulation:
                 self._end_run(live, now_s, live.end_how)
         elif kind == _EventKind.WAKEUP:
             self.scheduled_wakeups.discard(now_s)
+
+    def _clearing_cost_s(self, gpu_id: Id, start_s: float, now_s: float) -> float:
+        """GPU-seconds lost if this GPU must be free at `start_s`, as the booking service can
+        tell now: nothing for an idle GPU or a run expected to end by then; a restart for a
+        run that can checkpoint; all the work since its start for one that cannot."""
+        holder = self.gpu_holder.get(gpu_id)
+        if holder is None:
+            return 0.0
+        live = self.runs[holder]
+        run = live.run
+        if run.kind == RunKind.RESERVED:
+            return 0.0  # its slot ends before this booking (the calendar says so)
+        expected_end = run.estimated_end
+        # An estimate the run has already outlived says nothing about when it ends.
+        if (
+            expected_end is not None
+            and expected_end > now_s
+            and expected_end + self.policy.grace_s <= start_s
+        ):
+            return 0.0
+        if live.job.checkpointable:
+            return self.config.restart_overhead_s + CHECKPOINT_SAVE_S
+        return max(start_s, now_s) - run.started_at
+
+    def _place_booking(self, booking: Booking, now_s: float) -> Booking | None:
+        """Place the booking at its slot or, if earlier bookings took the room there, at the
+        first later slot with room (as the workload's booking service does, up to
+        `MAX_BOOKING_SHIFT_S`); None if there is none (the job is queued instead)."""
+        length_s = booking.end_s - booking.start_s
+        start_s = booking.start_s
+        while start_s <= booking.start_s + MAX_BOOKING_SHIFT_S:
+            gpu_ids = self._cheapest_gpus(len(booking.gpu_ids), start_s, start_s + length_s, now_s)
+            if gpu_ids is not None:
+                break
+            start_s += self.config.booking_shift_s
+        else:
+            self.refused_bookings.add(booking.id)
+            job = self.jobs[booking.job_id]
+            job.booking_id = None
+            self.team_charges[booking.team] -= len(booking.gpu_ids) * length_s
+            self._push(max(booking.start_s, now_s), _EventKind.SUBMIT, job.id)
+            return None
+        self.calendar.add(gpu_ids, start_s, start_s + length_s)
+        placed = replace(booking, gpu_ids=gpu_ids, start_s=start_s, end_s=start_s + length_s)
+        self.booking_by_id[booking.id] = placed
+        self.bookings[self._booking_position[booking.id]] = placed
+        if start_s != booking.start_s:
+            # The user's job exists from the booked start on.
+            self.jobs[booking.job_id].submit_s = start_s
+            heapq.heappush(self.booking_starts, (start_s, booking.id))
+        return placed
+
+    def _cheapest_gpus(
+        self, needed: int, start_s: float, end_s: float, now_s: float
+    ) -> tuple[Id, ...] | None:
+        calendar = self.calendar
+        best: tuple | None = None
+        for node, gpu_ids in calendar.nodes.items():
+            free = calendar.free_on_node(gpu_ids, start_s, end_s)
+            if len(free) < needed:
+                continue
+            costs = sorted(
+                (self._clearing_cost_s(gpu_id, start_s, now_s), position, gpu_id)
+                for position, gpu_id in enumerate(free)
+            )[:needed]
+            key = (sum(cost for cost, _, _ in costs), len(free), node)
+            if best is None or key < best[0]:
+                best = (key, tuple(sorted(gpu_id for _, _, gpu_id in costs)))
+                if key[0] == 0 and key[1] == needed:
+                    break  # nothing to clear and no GPU left over: no later node beats it
+        return None if best is None else best[1]
 
     def _prune_reservations(self, now_s: float) -> None:
         ends = self.reservation_ends
@@ -314,6 +419,7 @@ class Simulation:
             estimated_duration_s=estimate_s,
             checkpointable=job.checkpointable,
             times_preempted=job.times_preempted,
+            priority=job.priority,
         )
 
     # ----- planning
@@ -361,6 +467,8 @@ class Simulation:
 
     def _plan_at(self, now_s: float) -> None:
         next_wakeup = None
+        if self.config.observer is not None:
+            self.config.observer(now_s, self.snapshot(now_s))
         for _ in range(MAX_PLANS_PER_INSTANT):
             result = plan_detailed(
                 self.snapshot(now_s), now_s, self.policy, cache=self.index_cache
@@ -469,6 +577,8 @@ class Simulation:
             reservation_id=action.reservation_id,
             must_end_by=action.must_end_by,
             estimated_end=action.estimated_end,
+            priority=job.priority,
+            checkpointable=job.checkpointable,
         )
         live = _LiveRun(run, job, overhead_s, natural_end_s, natural_end_s, "completed")
         self.runs[run_id] = live

@@ -102,9 +102,11 @@ def compute_metrics(
             and result.jobs[booking.job_id].first_start_s <= booking.start_s + 1e-6
         )
     else:
+        # Against the slot as finally booked (the engine's booking service may have given
+        # a later slot when the booking was made, as the workload's own service does).
         honoured = sum(
             1
-            for booking in workload.bookings
+            for booking in result.bookings
             if result.reserved_start_s.get(booking.id, math.inf) <= booking.start_s + 1e-6
         )
     unplaceable = sum(1 for job in result.jobs.values() if job.gpus > gpus_total)

@@ -22,6 +22,9 @@ from scheduler.policy import Policy, QueueOrder
 POLICY_NAMES = ("fifo", "reservations-only", "easy", "gpubook")
 # Policies whose jobs carry their true duration as the estimate.
 EXACT_RUNTIME_POLICIES = frozenset({"easy"})
+# Policies whose booking service places a booking when it is made, around the runs then
+# (gpubook's calendar); the baselines keep the workload's blind first-fit placement.
+RUN_AWARE_BOOKING_POLICIES = frozenset({"gpubook"})
 
 
 def policy_for(name: str, *, grace_s: float = 60.0) -> Policy:

@@ -11,7 +11,11 @@ from dataclasses import dataclass, replace
 
 from scheduler.policy import Policy
 from scheduler.sim.engine import SimJob, Simulation, SimulationConfig, SimulationResult
-from scheduler.sim.policies import EXACT_RUNTIME_POLICIES, policy_for
+from scheduler.sim.policies import (
+    EXACT_RUNTIME_POLICIES,
+    RUN_AWARE_BOOKING_POLICIES,
+    policy_for,
+)
 from scheduler.sim.workload import Workload, make_gpus
 
 # Quotas are sized to each team's demand divided by this load, i.e. generous: the trace
@@ -76,8 +80,13 @@ def run_policy(
     load: float,
     grace_s: float,
     policy: Policy | None = None,
+    run_aware_booking: bool | None = None,
 ) -> tuple[SimulationResult, float]:
-    """Replay `workload` under the named policy (or `policy`, a variant of it)."""
+    """Replay `workload` under the named policy (or `policy`, a variant of it).
+    `run_aware_booking` (default: gpubook only) places bookings when they are made, around
+    the runs then (`SimulationConfig.run_aware_booking`)."""
+    if run_aware_booking is None:
+        run_aware_booking = name in RUN_AWARE_BOOKING_POLICIES
     policy = policy or policy_for(name, grace_s=grace_s)
     fifo = name == "fifo"
     exact = name in EXACT_RUNTIME_POLICIES
@@ -87,6 +96,7 @@ def run_policy(
         restart_overhead_s=restart_overhead_s,
         team_quota_gpu_s=team_quotas(workload, policy, load),
         use_estimator=policy.use_estimates and not exact,
+        run_aware_booking=run_aware_booking,
     )
     simulation = Simulation(
         config,

@@ -17,14 +17,14 @@ Pure and deterministic for a given seed. The choices, all reported by the simula
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from dataclasses import dataclass
 
+from scheduler.sim.calendar import Calendar
 from scheduler.sim.engine import Booking, SimJob
 from scheduler.sim.trace import TraceJob
-from scheduler.snapshot import Gpu, Id
+from scheduler.snapshot import Gpu
 
 CHECKPOINTABLE_SHARE = 0.75
 BOOKING_LEAD_MIN_S = 3600.0
@@ -49,35 +49,6 @@ def make_gpus(total_gpus: int, gpus_per_node: int) -> tuple[Gpu, ...]:
         Gpu(id=number, node=number // gpus_per_node, index=number % gpus_per_node)
         for number in range(total_gpus)
     )
-
-
-class _Calendar:
-    """Booked intervals per GPU, for the simulated booking service (no overlap, ever)."""
-
-    def __init__(self, gpus: tuple[Gpu, ...]) -> None:
-        self.nodes: dict[Id, list[Id]] = {}
-        for gpu in gpus:
-            self.nodes.setdefault(gpu.node, []).append(gpu.id)
-        self.starts: dict[Id, list[float]] = {gpu.id: [] for gpu in gpus}
-        self.ends: dict[Id, list[float]] = {gpu.id: [] for gpu in gpus}
-
-    def is_free(self, gpu_id: Id, start_s: float, end_s: float) -> bool:
-        starts = self.starts[gpu_id]
-        position = bisect.bisect_left(starts, end_s)
-        # The interval starting before our end with the latest start must end by our start.
-        return position == 0 or self.ends[gpu_id][position - 1] <= start_s
-
-    def book(self, gpus_needed: int, start_s: float, end_s: float) -> tuple[Id, ...] | None:
-        for gpu_ids in self.nodes.values():
-            free = [gpu_id for gpu_id in gpu_ids if self.is_free(gpu_id, start_s, end_s)]
-            if len(free) >= gpus_needed:
-                chosen = tuple(free[:gpus_needed])
-                for gpu_id in chosen:
-                    position = bisect.bisect_left(self.starts[gpu_id], start_s)
-                    self.starts[gpu_id].insert(position, start_s)
-                    self.ends[gpu_id].insert(position, end_s)
-                return chosen
-        return None
 
 
 def build_workload(
@@ -106,7 +77,7 @@ def build_workload(
             chosen_gpu_s += job_gpu_s
     leads = {job.job_id: rng.uniform(BOOKING_LEAD_MIN_S, BOOKING_LEAD_MAX_S) for job in chosen}
 
-    calendar = _Calendar(gpus)
+    calendar = Calendar(gpus)
     bookings: list[Booking] = []
     booked_job_ids: dict[int, int] = {}
     shifted = refused = 0

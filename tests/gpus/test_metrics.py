@@ -15,10 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpus import metrics
 from gpus.models import GpuSample
 from reservations.models import Reservation
-from tests.gpus.factories import make_job, make_reservation, make_run
+from tests.factories import make_job, make_reservation, make_run
 from training.models import Run
 
-pytestmark = pytest.mark.urls("tests.gpus.urls_for_tests")
 DASHBOARD = Path(django_settings.BASE_DIR) / "deploy" / "grafana" / "gpubook.json"
 H = dt.timedelta(hours=1)
 
@@ -135,9 +134,9 @@ def test_metrics_need_a_token_or_an_allowed_network(world, settings):
 
 
 def test_loopback_is_allowed_by_default(world, settings):
-    for name in ("GPUBOOK_METRICS_ALLOWED_NETWORKS", "GPUBOOK_METRICS_TOKEN"):
-        if hasattr(settings, name):
-            delattr(settings, name)
+    # the defaults as config/settings.py declares them (no environment override in tests)
+    assert settings.GPUBOOK_METRICS_ALLOWED_NETWORKS == ["127.0.0.0/8", "::1/128"]
+    assert settings.GPUBOOK_METRICS_TOKEN == ""
     assert Client().get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
     assert Client().get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403
 

@@ -13,7 +13,6 @@ from gpus.telemetry import hooks, store
 from gpus.telemetry.nvml import Reading
 from tests.gpus.test_sampler import FakeSampler
 
-pytestmark = pytest.mark.urls("tests.gpus.urls_for_tests")
 URL = "/api/v1/telemetry/samples/"
 GIB = 1024**3
 

@@ -150,9 +150,3 @@ def add_webhook(team, receiver: Receiver, **extra):
     return webhook
 
 
-def book(people, gpus, start, end, who="owner", team="vision", now=NOW):
-    from reservations.services import reservation_create
-
-    return reservation_create(
-        user=people[who], team=people[team], gpu_ids=[gpu.pk for gpu in gpus], start=start, end=end, now=now
-    )

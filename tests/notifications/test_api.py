@@ -1,30 +1,19 @@
-"""Preferences and team webhooks through the API (mounted here the way the lead will mount
-it), against every persona, and the admin's team scoping for staff managers."""
+"""Preferences and team webhooks through the API (the production URLs), against every
+persona, and the admin's team scoping for staff managers."""
 
 import pytest
 from django.test import Client
-from django.urls import include, path
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from config.urls import urlpatterns as site_urls
 from notifications.models import NotificationPreference, Webhook
+from tests.support import client_for
 
-urlpatterns = [path("api/v1/notifications/", include("notifications.api_urls")), *site_urls]
-
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.notifications.test_api")]
-
-
-def client_for(user) -> APIClient:
-    client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def api(people):
-    return {name: client_for(user) for name, user in people.items() if name not in {"vision", "nlp"}}
+    return {name: client_for(user, api=True) for name, user in people.items() if name not in {"vision", "nlp"}}
 
 
 def test_preferences_read_and_update(api, people):

@@ -9,7 +9,8 @@ from notifications.delivery import deliver_due
 from notifications.models import Delivery, EventType, NotificationPreference
 from notifications.services import preference_update
 from reservations.models import UserProfile
-from tests.notifications.conftest import NOW, H, book, free_port
+from tests.notifications.conftest import NOW, H, free_port
+from tests.support import book
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +24,7 @@ def bodies(message):
 def test_a_booking_emails_the_booker_through_real_smtp(people_with_email, inventory, smtp, settings):
     settings.GPUBOOK_BASE_URL = "https://gpubook.example.org"
     UserProfile.objects.create(user=people_with_email["owner"], time_zone="Europe/Berlin")
-    reservation = book(people_with_email, inventory["a"][1:3], NOW + 2 * H, NOW + 4 * H)
+    reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][1:3], NOW + 2 * H, NOW + 4 * H, now=NOW)
 
     summary = deliver_due(NOW)
 
@@ -71,19 +72,19 @@ def test_html_body_escapes_what_users_typed(people_with_email, inventory, smtp):
 def test_preferences_choose_which_events_are_emailed(people_with_email, inventory, preference, expected):
     if preference:
         preference_update(user=people_with_email["owner"], **preference)
-    book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     assert Delivery.objects.filter(channel="email").count() == expected
 
 
 def test_no_email_address_means_no_email_delivery(people, inventory):
-    book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     assert Delivery.objects.count() == 0
 
 
 def test_smtp_down_is_retried_then_delivered(people_with_email, inventory, smtp, settings):
     working_port = settings.EMAIL_PORT
     settings.EMAIL_PORT = free_port()  # nothing listens there
-    book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
 
     assert deliver_due(NOW).retrying == 1
     row = Delivery.objects.get()

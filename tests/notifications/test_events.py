@@ -21,7 +21,8 @@ from reservations.services import (
     reservation_release,
     reservation_reschedule,
 )
-from tests.notifications.conftest import NOW, H, book
+from tests.notifications.conftest import NOW, H
+from tests.support import book
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +38,7 @@ def recipients(notice: Notice) -> set[str]:
 
 class TestReservationEvents:
     def test_reschedule_reports_old_and_new_times(self, people_with_email, inventory):
-        reservation = book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         reservation_reschedule(
             reservation_id=reservation.pk, actor=people_with_email["manager"], now=NOW,
             start=NOW + 4 * H, end=NOW + 6 * H,
@@ -48,14 +49,14 @@ class TestReservationEvents:
         assert recipients(notice) == {"alice@example.org"}  # the booker, whoever changed it
 
     def test_cancel_reports_the_refund(self, people_with_email, inventory):
-        reservation = book(people_with_email, inventory["a"][:2], NOW + 2 * H, NOW + 5 * H)
+        reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:2], NOW + 2 * H, NOW + 5 * H, now=NOW)
         reservation_cancel(reservation_id=reservation.pk, actor=people_with_email["owner"], now=NOW, reason="plans")
         notice = only_notice(event_type=EventType.RESERVATION_CANCELLED)
         assert notice.payload["refund_gpu_hours"] == 6
         assert notice.payload["reason"] == "plans"
 
     def test_automatic_release_reports_the_refund(self, people_with_email, inventory):
-        reservation = book(people_with_email, inventory["a"][:2], NOW + 2 * H, NOW + 6 * H)
+        reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:2], NOW + 2 * H, NOW + 6 * H, now=NOW)
         reservation_release(reservation_id=reservation.pk, actor=None, now=NOW + 2 * H + dt.timedelta(minutes=20),
                             reason="no-show")
         notice = only_notice(event_type=EventType.RESERVATION_RELEASED)
@@ -66,7 +67,7 @@ class TestReservationEvents:
         assert notice.payload["reservation"]["status"] == Reservation.Status.RELEASED
 
     def test_release_before_the_start_is_reported_as_cancelled(self, people_with_email, inventory):
-        reservation = book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         reservation_release(reservation_id=reservation.pk, actor=people_with_email["owner"], now=NOW, reason="")
         notice = only_notice(event_type=EventType.RESERVATION_CANCELLED)
         assert notice.payload["refund_gpu_hours"] == 1 and notice.payload["automatic"] is False
@@ -75,7 +76,7 @@ class TestReservationEvents:
         team = people_with_email["vision"]
         team.requires_approval = True
         team.save()
-        reservation = book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         assert not Notice.objects.filter(event_type=EventType.RESERVATION_CONFIRMED).exists()
         reservation_approve(reservation_id=reservation.pk, actor=people_with_email["manager"], now=NOW)
         assert recipients(only_notice(event_type=EventType.RESERVATION_CONFIRMED)) == {"alice@example.org"}
@@ -83,9 +84,9 @@ class TestReservationEvents:
     def test_a_refused_booking_emits_nothing(self, people_with_email, inventory):
         from config.errors import Conflict
 
-        book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         with pytest.raises(Conflict):
-            book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, who="teammate")
+            book(people_with_email["teammate"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         assert Notice.objects.count() == 1
 
 
@@ -93,37 +94,37 @@ class TestQuota:
     def test_crossing_80_then_100_percent_tells_managers_once_each(self, people_with_email, inventory):
         gpus = inventory["a"]  # 4 GPUs; vision has 100 GPU-hours a month
         day = NOW + 24 * H
-        book(people_with_email, gpus, day, day + 18 * H)  # 72 %
+        book(people_with_email["owner"], people_with_email["vision"], gpus, day, day + 18 * H, now=NOW)  # 72 %
         assert not Notice.objects.filter(event_type__startswith="quota.").exists()
-        book(people_with_email, gpus, day + 18 * H, day + 20 * H, who="teammate")  # 80 %
+        book(people_with_email["teammate"], people_with_email["vision"], gpus, day + 18 * H, day + 20 * H, now=NOW)  # 80 %
         warning = only_notice(event_type=EventType.QUOTA_WARNING)
         assert warning.payload["percent"] == 80 and warning.payload["used_gpu_hours"] == 80
         assert warning.payload["month"] == "2027-02"
         assert recipients(warning) == {"bob@example.org", "dave@example.org"}  # managers + the booker
-        book(people_with_email, gpus, day + 20 * H, day + 25 * H)  # 100 %
+        book(people_with_email["owner"], people_with_email["vision"], gpus, day + 20 * H, day + 25 * H, now=NOW)  # 100 %
         exhausted = only_notice(event_type=EventType.QUOTA_EXHAUSTED)
         assert exhausted.payload["remaining_gpu_hours"] == 0
         assert Notice.objects.filter(event_type__startswith="quota.").count() == 2
 
     def test_jumping_past_both_lines_reports_only_the_higher(self, people_with_email, inventory):
         day = NOW + 24 * H
-        book(people_with_email, inventory["a"], day, day + 25 * H)
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"], day, day + 25 * H, now=NOW)
         assert list(Notice.objects.filter(event_type__startswith="quota.").values_list("event_type", flat=True)) == [
             EventType.QUOTA_EXHAUSTED
         ]
 
     def test_cancel_and_rebook_across_the_line_does_not_repeat(self, people_with_email, inventory):
         day = NOW + 24 * H
-        book(people_with_email, inventory["a"], day, day + 18 * H)
-        second = book(people_with_email, inventory["a"], day + 18 * H, day + 20 * H)
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"], day, day + 18 * H, now=NOW)
+        second = book(people_with_email["owner"], people_with_email["vision"], inventory["a"], day + 18 * H, day + 20 * H, now=NOW)
         reservation_cancel(reservation_id=second.pk, actor=people_with_email["owner"], now=NOW)
-        book(people_with_email, inventory["a"], day + 18 * H, day + 20 * H)
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"], day + 18 * H, day + 20 * H, now=NOW)
         assert Notice.objects.filter(event_type=EventType.QUOTA_WARNING).count() == 1
 
 
 class TestReminders:
     def test_one_reminder_per_booking_inside_the_window(self, people_with_email, inventory):
-        reservation = book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         assert notices_schedule_reminders(now=NOW + 2 * H - dt.timedelta(minutes=16)) == 0  # not yet
         sweep = NOW + 2 * H - dt.timedelta(minutes=14)
         assert notices_schedule_reminders(now=sweep) == 1
@@ -135,7 +136,7 @@ class TestReminders:
         assert recipients(notice) == {"alice@example.org"}
 
     def test_a_moved_booking_is_reminded_again(self, people_with_email, inventory):
-        reservation = book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         notices_schedule_reminders(now=NOW + 2 * H - dt.timedelta(minutes=10))
         reservation_reschedule(reservation_id=reservation.pk, actor=people_with_email["owner"],
                                now=NOW + H, start=NOW + 4 * H, end=NOW + 5 * H)
@@ -143,16 +144,15 @@ class TestReminders:
 
     def test_skips_cancelled_started_and_just_made_bookings(self, people_with_email, inventory, settings):
         settings.GPUBOOK_REMINDER_MINUTES = 30
-        cancelled = book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        cancelled = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         reservation_cancel(reservation_id=cancelled.pk, actor=people_with_email["owner"], now=NOW)
-        book(people_with_email, inventory["a"][1:2], NOW + 2 * H, NOW + 3 * H,
-             now=NOW + 2 * H - dt.timedelta(minutes=20))  # booked inside the window
-        book(people_with_email, inventory["a"][2:3], NOW + H, NOW + 2 * H)  # already begun at the sweep
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"][1:2], NOW + 2 * H, NOW + 3 * H, now=NOW + 2 * H - dt.timedelta(minutes=20))  # booked inside the window
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"][2:3], NOW + H, NOW + 2 * H, now=NOW)  # already begun at the sweep
         assert notices_schedule_reminders(now=NOW + 2 * H - dt.timedelta(minutes=10)) == 0
 
     def test_zero_minutes_turns_reminders_off(self, people_with_email, inventory, settings):
         settings.GPUBOOK_REMINDER_MINUTES = 0
-        book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         assert notices_schedule_reminders(now=NOW + 2 * H - dt.timedelta(minutes=5)) == 0
 
 

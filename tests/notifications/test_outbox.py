@@ -11,7 +11,8 @@ from notifications import delivery as delivery_module
 from notifications.delivery import deliver_due, delivery_claim, notifications_run_once
 from notifications.models import Delivery, EventType, Notice
 from notifications.services import notice_emit
-from tests.notifications.conftest import NOW, H, add_webhook, book
+from tests.notifications.conftest import NOW, H, add_webhook
+from tests.support import book
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,7 +35,7 @@ def enqueued(settings, monkeypatch):
 def test_booking_writes_the_notice_and_its_deliveries_with_it(people_with_email, inventory, receivers):
     receiver = receivers()
     add_webhook(people_with_email["vision"], receiver)
-    reservation = book(people_with_email, inventory["a"][:2], NOW + 2 * H, NOW + 3 * H)
+    reservation = book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:2], NOW + 2 * H, NOW + 3 * H, now=NOW)
     notice = Notice.objects.get()
     assert notice.event_type == EventType.RESERVATION_CONFIRMED
     assert notice.team_id == people_with_email["vision"].pk
@@ -49,7 +50,7 @@ def test_a_change_that_rolls_back_sends_nothing(people_with_email, inventory, sm
     receiver = receivers()
     add_webhook(people_with_email["vision"], receiver)
     with pytest.raises(Boom), transaction.atomic():
-        book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         assert Delivery.objects.count() == 2  # written inside the transaction...
         raise Boom
     assert Notice.objects.count() == 0 and Delivery.objects.count() == 0  # ...and gone with it
@@ -60,7 +61,7 @@ def test_a_change_that_rolls_back_sends_nothing(people_with_email, inventory, sm
 
 def test_delivery_is_enqueued_only_after_commit(people_with_email, inventory, enqueued):
     with transaction.atomic():
-        book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         assert enqueued == []
     assert enqueued == [str(Notice.objects.get().pk)]
 
@@ -76,7 +77,7 @@ def test_broker_down_does_not_break_the_booking_and_the_loop_delivers(
         raise ConnectionRefusedError("redis is down")
 
     monkeypatch.setattr(tasks.deliver_notice, "apply_async", broker_down)
-    book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     assert Delivery.objects.get().state == Delivery.State.PENDING
     summary = deliver_due(NOW)
     assert summary.delivered == 1
@@ -104,7 +105,7 @@ def test_crash_between_commit_and_delivery_is_repaired_by_the_next_loop_run(
     """The process that booked died before sending: the rows wait; the loop sends them."""
     receiver = receivers()
     add_webhook(people_with_email["vision"], receiver)
-    book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     assert smtp.messages == [] and receiver.requests == []
     result = notifications_run_once(now=NOW + dt.timedelta(seconds=5))
     assert result["delivered"] == 2
@@ -124,7 +125,7 @@ def test_crash_after_sending_resends_with_the_same_delivery_id(
     people_with_email["owner"].save()
     receiver = receivers()
     add_webhook(people_with_email["vision"], receiver)
-    book(people_with_email, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people_with_email["owner"], people_with_email["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     real_record = delivery_module._record
 
     def crash(*args, **kwargs):

@@ -14,7 +14,8 @@ from notifications.models import Delivery, EventType, Webhook
 from notifications.services import delivery_resend, webhook_create
 from notifications.transports.webhook.signing import sign, verify
 from notifications.transports.webhook.targets import UnsafeTarget, address_allowed, check_url
-from tests.notifications.conftest import NOW, H, add_webhook, book
+from tests.notifications.conftest import NOW, H, add_webhook
+from tests.support import book
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +29,7 @@ def quiet_owner(people):
 def test_each_delivery_is_signed_and_shaped(quiet_owner, inventory, receivers):
     receiver = receivers()
     add_webhook(quiet_owner["vision"], receiver)
-    reservation = book(quiet_owner, inventory["a"][:2], NOW + 2 * H, NOW + 3 * H)
+    reservation = book(quiet_owner["owner"], quiet_owner["vision"], inventory["a"][:2], NOW + 2 * H, NOW + 3 * H, now=NOW)
     before = int(time.time())
 
     assert deliver_due(NOW).delivered == 1
@@ -66,7 +67,7 @@ def test_500_then_200_is_delivered_once_retried(quiet_owner, inventory, receiver
     receiver = receivers()
     receiver.statuses = [500]
     add_webhook(quiet_owner["vision"], receiver)
-    book(quiet_owner, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(quiet_owner["owner"], quiet_owner["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
 
     assert deliver_due(NOW).retrying == 1
     row = Delivery.objects.get()
@@ -89,7 +90,7 @@ def test_receiver_down_for_the_whole_window_fails_visibly_and_can_be_resent(
     settings.GPUBOOK_NOTIFY_MAX_ATTEMPTS = 4
     receiver = receivers()
     add_webhook(quiet_owner["vision"], receiver)
-    book(quiet_owner, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(quiet_owner["owner"], quiet_owner["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     receiver.close()  # down from the start
 
     now = NOW
@@ -132,7 +133,7 @@ def test_resend_after_a_resend_gets_a_fresh_retry_budget(quiet_owner, inventory,
     receiver = receivers()
     receiver.statuses = [500, 500, 500, 500]
     add_webhook(quiet_owner["vision"], receiver)
-    book(quiet_owner, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(quiet_owner["owner"], quiet_owner["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     deliver_due(NOW)
     deliver_due(NOW + H)
     assert Delivery.objects.get().state == Delivery.State.FAILED
@@ -146,8 +147,8 @@ def test_a_teams_webhook_only_sees_that_teams_events(people, inventory, receiver
     add_webhook(people["vision"], vision_hook)
     add_webhook(people["nlp"], nlp_hook)
 
-    book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, who="owner", team="vision")
-    book(people, inventory["b"][:1], NOW + 2 * H, NOW + 3 * H, who="outsider", team="nlp")
+    book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
+    book(people["outsider"], people["nlp"], inventory["b"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     deliver_due(NOW)
 
     vision_teams = {r["json"]["payload"]["reservation"]["team"]["name"] for r in vision_hook.requests}
@@ -160,14 +161,14 @@ def test_webhook_event_filter_and_disabled_webhooks(people, inventory, receivers
     only_cancellations, disabled = receivers(), receivers()
     add_webhook(people["vision"], only_cancellations, events=[EventType.RESERVATION_CANCELLED])
     add_webhook(people["vision"], disabled, enabled=False)
-    book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     assert Delivery.objects.count() == 0
 
 
 def test_a_webhook_disabled_after_the_notice_fails_without_calling(people, inventory, receivers):
     receiver = receivers()
     webhook = add_webhook(people["vision"], receiver)
-    book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     Webhook.objects.filter(pk=webhook.pk).update(enabled=False)
     assert deliver_due(NOW).failed == 1
     assert receiver.requests == []
@@ -212,7 +213,7 @@ def test_loopback_needs_the_setting(people, settings, receivers):
 def test_a_target_that_turned_private_fails_without_calling(people, inventory, receivers, settings):
     receiver = receivers()
     add_webhook(people["vision"], receiver)
-    book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     settings.GPUBOOK_WEBHOOK_ALLOWED_NETWORKS = []
     assert deliver_due(NOW).failed == 1
     assert receiver.requests == []
@@ -239,7 +240,7 @@ def test_the_receiver_snippet_in_the_docs_verifies_a_real_delivery(quiet_owner, 
 
     receiver = receivers()
     webhook = add_webhook(quiet_owner["vision"], receiver)
-    book(quiet_owner, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+    book(quiet_owner["owner"], quiet_owner["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
     deliver_due(NOW)
     (request,) = receiver.requests
 
@@ -264,8 +265,8 @@ def test_a_dead_receiver_costs_one_attempt_per_run_not_one_per_delivery(people, 
     add_webhook(people["nlp"], alive)
     dead.close()
     for hour in range(3):
-        book(people, inventory["a"][hour:hour + 1], NOW + 2 * H, NOW + 3 * H)
-    book(people, inventory["b"][:1], NOW + 2 * H, NOW + 3 * H, who="outsider", team="nlp")
+        book(people["owner"], people["vision"], inventory["a"][hour:hour + 1], NOW + 2 * H, NOW + 3 * H, now=NOW)
+    book(people["outsider"], people["nlp"], inventory["b"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
 
     summary = deliver_due(NOW)
 

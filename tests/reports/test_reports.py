@@ -23,10 +23,10 @@ from django.test.utils import CaptureQueriesContext
 import reports.views
 from reports import selectors
 from reservations.models import Reservation
-from tests.gpus.factories import fill_samples, make_job, make_reservation, make_run
+from tests.factories import fill_samples, make_job, make_reservation, make_run
+from tests.support import client_for
 from training.models import Run
 
-pytestmark = pytest.mark.urls("tests.gpus.urls_for_tests")
 UTC = dt.UTC
 DAY = dt.datetime(2025, 1, 7, tzinfo=UTC)
 NOW = dt.datetime(2025, 1, 11, tzinfo=UTC)
@@ -56,12 +56,6 @@ def dataset(inventory, people, settings, monkeypatch):
     make_run(job=job, gpus=b, started_at=dt.datetime(2025, 1, 8, tzinfo=UTC),
              ended_at=dt.datetime(2025, 1, 8, 2, tzinfo=UTC), kind=Run.Kind.BACKFILL)
     return {"r1": r1, "r2": r2, "r3": r3, "r4": r4, "people": people, "gpus": inventory}
-
-
-def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 # --- figures ----------------------------------------------------------------------------------------
@@ -194,8 +188,8 @@ def test_bad_parameters_are_explained_not_500(dataset):
         ("/reports/utilization/", {"from": "2025-01-01", "to": "2025-01-31"}, 6),
         # session, user, profile; reservations (with team, user, node), telemetry by reservation
         ("/reports/idle/", {"from": "2025-01-01", "to": "2025-01-31"}, 5),
-        # session, user; teams, reservations, backfill runs
-        ("/reports/quota/", {}, 5),
+        # session, user, profile (the viewer's zone, as every page); teams, bookings, backfill runs
+        ("/reports/quota/", {}, 6),
     ],
 )
 def test_query_budgets_do_not_grow_with_the_data(dataset, url, params, budget):

@@ -5,25 +5,17 @@ import datetime as dt
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from reservations.models import Reservation
+from tests.support import client_for
 
 H = dt.timedelta(hours=1)
 
 
-def client_for(user) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
-
-
 @pytest.fixture
 def api(people):
-    return {name: client_for(user) for name, user in people.items() if name not in {"vision", "nlp"}}
+    return {name: client_for(user, api=True) for name, user in people.items() if name not in {"vision", "nlp"}}
 
 
 def iso(value: dt.datetime) -> str:

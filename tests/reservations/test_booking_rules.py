@@ -14,26 +14,20 @@ from reservations.services import (
     reservation_reschedule,
     reservations_advance,
 )
+from tests.support import book
 
 UTC = dt.UTC
 NOW = dt.datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
 H = dt.timedelta(hours=1)
 
 
-def book(people, gpus, start, end, who="owner", now=NOW, team="vision"):
-    return reservation_create(
-        user=people[who], team=people[team], gpu_ids=[gpu.pk for gpu in gpus],
-        start=start, end=end, now=now,
-    )
-
-
 @pytest.mark.django_db
 class TestOverlap:
     def test_touching_slots_are_allowed(self, people, inventory):
         start = NOW + 2 * H
-        book(people, inventory["a"][:1], start, start + H)
-        after = book(people, inventory["a"][:1], start + H, start + 2 * H)
-        before = book(people, inventory["a"][:1], start - H, start)
+        book(people["owner"], people["vision"], inventory["a"][:1], start, start + H, now=NOW)
+        after = book(people["owner"], people["vision"], inventory["a"][:1], start + H, start + 2 * H, now=NOW)
+        before = book(people["owner"], people["vision"], inventory["a"][:1], start - H, start, now=NOW)
         assert {after.status, before.status} == {Reservation.Status.CONFIRMED}
 
     @pytest.mark.parametrize(
@@ -43,9 +37,9 @@ class TestOverlap:
     )
     def test_any_overlap_on_a_shared_gpu_is_refused(self, people, inventory, offset_start, offset_end):
         start = NOW + 4 * H
-        existing = book(people, inventory["a"][:2], start, start + H)
+        existing = book(people["owner"], people["vision"], inventory["a"][:2], start, start + H, now=NOW)
         with pytest.raises(Conflict) as refused:
-            book(people, inventory["a"][1:3], start + offset_start * H, start + offset_end * H, who="outsider", team="nlp")
+            book(people["outsider"], people["nlp"], inventory["a"][1:3], start + offset_start * H, start + offset_end * H, now=NOW)
         assert refused.value.code == "slot_conflict"
         (conflict,) = refused.value.extra["conflicts"]
         assert conflict["gpus"] == [inventory["a"][1].pk]
@@ -55,23 +49,23 @@ class TestOverlap:
 
     def test_conflict_names_own_team_bookings(self, people, inventory):
         start = NOW + 4 * H
-        existing = book(people, inventory["a"][:1], start, start + H)
+        existing = book(people["owner"], people["vision"], inventory["a"][:1], start, start + H, now=NOW)
         with pytest.raises(Conflict) as refused:
-            book(people, inventory["a"][:1], start, start + H, who="teammate")
+            book(people["teammate"], people["vision"], inventory["a"][:1], start, start + H, now=NOW)
         (conflict,) = refused.value.extra["conflicts"]
         assert conflict["reservation"] == existing.pk and conflict["user"] == "alice"
 
     def test_other_gpus_of_the_same_node_are_fine(self, people, inventory):
         start = NOW + 2 * H
-        book(people, inventory["a"][:2], start, start + H)
-        other = book(people, inventory["a"][2:], start, start + H, who="outsider", team="nlp")
+        book(people["owner"], people["vision"], inventory["a"][:2], start, start + H, now=NOW)
+        other = book(people["outsider"], people["nlp"], inventory["a"][2:], start, start + H, now=NOW)
         assert other.gpu_count == 2
 
     def test_cancelled_booking_frees_the_slot(self, people, inventory):
         start = NOW + 2 * H
-        first = book(people, inventory["a"][:1], start, start + H)
+        first = book(people["owner"], people["vision"], inventory["a"][:1], start, start + H, now=NOW)
         reservation_cancel(reservation_id=first.pk, actor=people["owner"], now=NOW)
-        again = book(people, inventory["a"][:1], start, start + H, who="outsider", team="nlp")
+        again = book(people["outsider"], people["nlp"], inventory["a"][:1], start, start + H, now=NOW)
         assert again.pk != first.pk
 
 
@@ -90,18 +84,18 @@ class TestValidation:
     )
     def test_bad_times(self, people, inventory, start, end, code):
         with pytest.raises(DomainError) as refused:
-            book(people, inventory["a"][:1], start, end)
+            book(people["owner"], people["vision"], inventory["a"][:1], start, end, now=NOW)
         assert refused.value.code == code
         assert Reservation.objects.count() == 0
 
     def test_current_slot_may_still_be_booked(self, people, inventory):
         now = NOW + dt.timedelta(minutes=10)
-        booked = book(people, inventory["a"][:1], NOW, NOW + H, now=now)
+        booked = book(people["owner"], people["vision"], inventory["a"][:1], NOW, NOW + H, now=now)
         assert booked.start == NOW
 
     def test_gpus_of_two_nodes(self, people, inventory):
         with pytest.raises(DomainError) as refused:
-            book(people, [inventory["a"][0], inventory["b"][0]], NOW + H, NOW + 2 * H)
+            book(people["owner"], people["vision"], [inventory["a"][0], inventory["b"][0]], NOW + H, NOW + 2 * H, now=NOW)
         assert refused.value.code == "multiple_nodes"
 
     def test_unknown_gpu(self, people, inventory):
@@ -112,7 +106,7 @@ class TestValidation:
 
     def test_no_gpus(self, people, inventory):
         with pytest.raises(DomainError) as refused:
-            book(people, [], NOW + H, NOW + 2 * H)
+            book(people["owner"], people["vision"], [], NOW + H, NOW + 2 * H, now=NOW)
         assert refused.value.code == "no_gpus"
 
     def test_gpu_in_maintenance_state(self, people, inventory):
@@ -120,7 +114,7 @@ class TestValidation:
         gpu.state = Gpu.State.MAINTENANCE
         gpu.save()
         with pytest.raises(DomainError) as refused:
-            book(people, [gpu], NOW + H, NOW + 2 * H)
+            book(people["owner"], people["vision"], [gpu], NOW + H, NOW + 2 * H, now=NOW)
         assert refused.value.code == "gpu_unavailable"
 
     def test_maintenance_window_blocks_booking(self, people, inventory):
@@ -128,34 +122,34 @@ class TestValidation:
             node=inventory["node_a"], start=NOW + 2 * H, end=NOW + 4 * H, reason="driver upgrade"
         )
         with pytest.raises(DomainError) as refused:
-            book(people, inventory["a"][:1], NOW + 3 * H, NOW + 5 * H)
+            book(people["owner"], people["vision"], inventory["a"][:1], NOW + 3 * H, NOW + 5 * H, now=NOW)
         assert refused.value.code == "maintenance" and "driver upgrade" in refused.value.detail
         # the same hours on another node are fine
-        assert book(people, inventory["b"][:1], NOW + 3 * H, NOW + 5 * H).pk
+        assert book(people["owner"], people["vision"], inventory["b"][:1], NOW + 3 * H, NOW + 5 * H, now=NOW).pk
 
     def test_maintenance_of_listed_gpus_only(self, people, inventory):
         window = MaintenanceWindow.objects.create(
             node=inventory["node_a"], start=NOW + 2 * H, end=NOW + 4 * H, reason="fan swap"
         )
         window.gpus.set([inventory["a"][0]])
-        assert book(people, inventory["a"][1:2], NOW + 2 * H, NOW + 3 * H).pk
+        assert book(people["owner"], people["vision"], inventory["a"][1:2], NOW + 2 * H, NOW + 3 * H, now=NOW).pk
         with pytest.raises(DomainError):
-            book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+            book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
 
     def test_team_rules(self, people, inventory):
         team = people["vision"]
         team.max_booking_hours, team.min_notice_minutes = 4, 120
         team.save()
         with pytest.raises(DomainError) as too_long:
-            book(people, inventory["a"][:1], NOW + 3 * H, NOW + 8 * H)
+            book(people["owner"], people["vision"], inventory["a"][:1], NOW + 3 * H, NOW + 8 * H, now=NOW)
         assert too_long.value.code == "too_long"
         with pytest.raises(DomainError) as too_soon:
-            book(people, inventory["a"][:1], NOW + H, NOW + 2 * H)
+            book(people["owner"], people["vision"], inventory["a"][:1], NOW + H, NOW + 2 * H, now=NOW)
         assert too_soon.value.code == "too_soon"
 
     def test_not_a_member(self, people, inventory):
         with pytest.raises(NotPermitted) as refused:
-            book(people, inventory["a"][:1], NOW + H, NOW + 2 * H, who="outsider", team="vision")
+            book(people["outsider"], people["vision"], inventory["a"][:1], NOW + H, NOW + 2 * H, now=NOW)
         assert refused.value.code == "not_team_member"
 
     def test_approval_flow(self, people, inventory):
@@ -163,7 +157,7 @@ class TestValidation:
 
         people["vision"].requires_approval = True
         people["vision"].save()
-        pending = book(people, inventory["a"][:1], NOW + H, NOW + 2 * H)
+        pending = book(people["owner"], people["vision"], inventory["a"][:1], NOW + H, NOW + 2 * H, now=NOW)
         assert pending.status == Reservation.Status.PENDING
         with pytest.raises(NotPermitted):
             reservation_approve(reservation_id=pending.pk, actor=people["teammate"], now=NOW)
@@ -175,8 +169,8 @@ class TestValidation:
 class TestChanges:
     def test_shorten_extend_and_move(self, people, inventory):
         start = NOW + 2 * H
-        booking = book(people, inventory["a"][:2], start, start + 2 * H)
-        blocker = book(people, inventory["a"][1:2], start + 3 * H, start + 4 * H, who="outsider", team="nlp")
+        booking = book(people["owner"], people["vision"], inventory["a"][:2], start, start + 2 * H, now=NOW)
+        blocker = book(people["outsider"], people["nlp"], inventory["a"][1:2], start + 3 * H, start + 4 * H, now=NOW)
         shorter = reservation_reschedule(reservation_id=booking.pk, actor=people["owner"], now=NOW, end=start + H)
         assert shorter.end == start + H
         assert set(ReservationGpu.objects.filter(reservation=booking).values_list("end", flat=True)) == {start + H}
@@ -189,29 +183,28 @@ class TestChanges:
         assert (moved.start, moved.end) == (start + 6 * H, start + 7 * H)
 
     def test_who_may_change(self, people, inventory):
-        booking = book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        booking = book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         with pytest.raises(NotPermitted):
             reservation_cancel(reservation_id=booking.pk, actor=people["teammate"], now=NOW)
         with pytest.raises(NotFound):  # outsiders do not learn the booking exists
             reservation_cancel(reservation_id=booking.pk, actor=people["outsider"], now=NOW)
         assert reservation_cancel(reservation_id=booking.pk, actor=people["manager"], now=NOW).status == "cancelled"
-        other = book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        other = book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         assert reservation_cancel(reservation_id=other.pk, actor=people["admin"], now=NOW).status == "cancelled"
 
     def test_release_early_frees_the_rest(self, people, inventory):
-        booking = book(people, inventory["a"][:1], NOW, NOW + 4 * H)
+        booking = book(people["owner"], people["vision"], inventory["a"][:1], NOW, NOW + 4 * H, now=NOW)
         reservations_advance(now=NOW + dt.timedelta(minutes=1))
         released = reservation_release(
             reservation_id=booking.pk, actor=people["owner"], now=NOW + dt.timedelta(minutes=70), reason="done"
         )
         assert released.status == Reservation.Status.RELEASED
         assert released.end == NOW + dt.timedelta(minutes=90)  # end of the current slot
-        later = book(people, inventory["a"][:1], NOW + dt.timedelta(minutes=90), NOW + 3 * H,
-                     who="outsider", team="nlp", now=NOW + dt.timedelta(minutes=70))
+        later = book(people["outsider"], people["nlp"], inventory["a"][:1], NOW + dt.timedelta(minutes=90), NOW + 3 * H, now=NOW + dt.timedelta(minutes=70))
         assert later.pk
 
     def test_started_booking_cannot_be_cancelled_or_moved(self, people, inventory):
-        booking = book(people, inventory["a"][:1], NOW, NOW + 2 * H)
+        booking = book(people["owner"], people["vision"], inventory["a"][:1], NOW, NOW + 2 * H, now=NOW)
         with pytest.raises(Conflict) as refused:
             reservation_cancel(reservation_id=booking.pk, actor=people["owner"], now=NOW + H)
         assert refused.value.code == "already_started"
@@ -223,7 +216,7 @@ class TestChanges:
         assert extended.end == NOW + 3 * H
 
     def test_every_change_is_audited(self, people, inventory):
-        booking = book(people, inventory["a"][:1], NOW + 2 * H, NOW + 3 * H)
+        booking = book(people["owner"], people["vision"], inventory["a"][:1], NOW + 2 * H, NOW + 3 * H, now=NOW)
         reservation_reschedule(reservation_id=booking.pk, actor=people["owner"], now=NOW, end=NOW + 4 * H)
         reservation_cancel(reservation_id=booking.pk, actor=people["manager"], now=NOW, reason="plans changed")
         entries = list(AuditEntry.objects.filter(reservation=booking).order_by("id"))
@@ -233,7 +226,7 @@ class TestChanges:
         assert entries[2].actor == people["manager"] and entries[2].after["status"] == "cancelled"
 
     def test_advance_statuses(self, people, inventory):
-        booking = book(people, inventory["a"][:1], NOW + H, NOW + 2 * H)
+        booking = book(people["owner"], people["vision"], inventory["a"][:1], NOW + H, NOW + 2 * H, now=NOW)
         assert reservations_advance(now=NOW + H) == {"activated": 1, "completed": 0}
         assert reservations_advance(now=NOW + H) == {"activated": 0, "completed": 0}
         assert reservations_advance(now=NOW + 2 * H) == {"activated": 0, "completed": 1}
@@ -246,9 +239,9 @@ def test_refusals_are_counted_for_metrics(people, inventory):
     from gpus.models import MonitoringValue
 
     start = NOW + 2 * H
-    book(people, inventory["a"][:1], start, start + H)
+    book(people["owner"], people["vision"], inventory["a"][:1], start, start + H, now=NOW)
     for _ in range(2):
         with pytest.raises(Conflict):
-            book(people, inventory["a"][:1], start, start + H, who="outsider", team="nlp")
+            book(people["outsider"], people["nlp"], inventory["a"][:1], start, start + H, now=NOW)
     counted = MonitoringValue.objects.filter(labels="code=slot_conflict").values_list("value", flat=True)
     assert list(counted) == [2.0]

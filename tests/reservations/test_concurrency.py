@@ -29,9 +29,12 @@ H = dt.timedelta(hours=1)
 
 
 @pytest.fixture
-def racers(postgres_only):
+def racers(postgres_only, settings):
     """One user per thread, each in a team of their own, so only the per-GPU locks and the
-    constraint stand between them (not the shared team row lock)."""
+    constraint stand between them (not the shared team row lock). Sixteen racers queue on
+    one lock on a busy CI machine: the lock timeout is lifted so that what these tests see is
+    the locks' ordering, not "busy" (tests/reservations/test_booking_locks.py covers that)."""
+    settings.GPUBOOK_BOOKING_LOCK_TIMEOUT_MS = 60_000
     node = Node.objects.create(name="race-node")
     gpus = [Gpu.objects.create(node=node, index=i, model_name="A100", memory_mib=81920) for i in range(THREADS)]
     users, teams = [], []

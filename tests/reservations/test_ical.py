@@ -10,20 +10,9 @@ from django.utils import timezone
 
 from reservations import services
 from reservations.models import UserProfile
+from tests.support import book
 
 UTC = dt.UTC
-
-
-def book(user, team, gpus, start, hours=2, note=""):
-    return services.reservation_create(
-        user=user,
-        team=team,
-        gpu_ids=[gpu.pk for gpu in gpus],
-        start=start,
-        end=start + dt.timedelta(hours=hours),
-        now=timezone.now(),
-        note=note,
-    )
 
 
 def token_of(user) -> str:
@@ -47,7 +36,7 @@ def bookings(people, inventory, future_day):
     vision, nlp = people["vision"], people["nlp"]
     return {
         "mine_1": book(people["owner"], vision, inventory["a"][:2], future_day + dt.timedelta(hours=9), note="sweep"),
-        "mine_2": book(people["owner"], vision, inventory["b"][:1], future_day + dt.timedelta(days=1, hours=22), 5),
+        "mine_2": book(people["owner"], vision, inventory["b"][:1], future_day + dt.timedelta(days=1, hours=22), hours=5),
         "teammate": book(people["teammate"], vision, inventory["a"][2:3], future_day + dt.timedelta(hours=9)),
         "outsider": book(people["outsider"], nlp, inventory["a"][3:4], future_day + dt.timedelta(hours=9)),
     }

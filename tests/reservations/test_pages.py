@@ -16,27 +16,10 @@ from django.utils import timezone
 from gpus.models import Gpu, MaintenanceWindow, Node
 from reservations import services
 from reservations.models import Reservation, ReservationGpu, Team, UserProfile
+from tests.support import book, client_for
 
 UTC = dt.UTC
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def book(user, team, gpus, start, hours=2, note=""):
-    return services.reservation_create(
-        user=user,
-        team=team,
-        gpu_ids=[gpu.pk for gpu in gpus],
-        start=start,
-        end=start + dt.timedelta(hours=hours),
-        now=timezone.now(),
-        note=note,
-    )
-
-
-def client_for(user, **kwargs) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 def set_zone(user, zone: str) -> None:

@@ -7,17 +7,12 @@ import pytest
 
 from config.errors import Conflict
 from reservations import selectors
-from reservations.services import reservation_cancel, reservation_create, reservation_release, reservations_advance
+from reservations.services import reservation_cancel, reservation_release, reservations_advance
+from tests.support import book
 
 UTC = dt.UTC
 H = dt.timedelta(hours=1)
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
-
-
-def book(people, gpus, start, end, now, who="owner"):
-    return reservation_create(
-        user=people[who], team=people["vision"], gpu_ids=[g.pk for g in gpus], start=start, end=end, now=now
-    )
 
 
 @pytest.fixture
@@ -32,14 +27,14 @@ def berlin_team(people):
 @pytest.mark.django_db
 def test_quota_is_enforced_with_what_is_left(people, inventory, berlin_team):
     now = dt.datetime(2026, 6, 10, 8, tzinfo=UTC)
-    book(people, inventory["a"][:4], now + H, now + 3 * H, now)  # 8 GPU-hours
+    book(people["owner"], people["vision"], inventory["a"][:4], now + H, now + 3 * H, now=now)  # 8 GPU-hours
     with pytest.raises(Conflict) as refused:
-        book(people, inventory["a"][:2], now + 4 * H, now + 6 * H, now)  # 4 more: over 10
+        book(people["owner"], people["vision"], inventory["a"][:2], now + 4 * H, now + 6 * H, now=now)  # 4 more: over 10
     error = refused.value
     assert error.code == "quota_exceeded"
     assert error.extra["remaining_gpu_hours"] == 2.0 and error.extra["requested_gpu_hours"] == 4.0
     assert "2.0 of 10" in error.detail
-    assert book(people, inventory["a"][:2], now + 4 * H, now + 5 * H, now).gpu_count == 2  # exactly 10
+    assert book(people["owner"], people["vision"], inventory["a"][:2], now + 4 * H, now + 5 * H, now=now).gpu_count == 2  # exactly 10
 
 
 @pytest.mark.django_db
@@ -48,7 +43,7 @@ def test_booking_across_a_month_boundary_is_split(people, inventory, berlin_team
     # UTC spends 2 h in Berlin's May and 4 h in Berlin's June.
     now = dt.datetime(2026, 5, 20, tzinfo=UTC)
     start = dt.datetime(2026, 5, 31, 20, tzinfo=UTC)
-    book(people, inventory["a"][:1], start, start + 6 * H, now)
+    book(people["owner"], people["vision"], inventory["a"][:1], start, start + 6 * H, now=now)
     may = selectors.usage_seconds(team=berlin_team, window_start=dt.datetime(2026, 4, 30, 22, tzinfo=UTC),
                                   window_end=dt.datetime(2026, 5, 31, 22, tzinfo=UTC))
     assert may == 2 * 3600
@@ -56,8 +51,7 @@ def test_booking_across_a_month_boundary_is_split(people, inventory, berlin_team
     assert june.month == "2026-06" and june.used_gpu_hours == 4.0
     # June has 6 h left: 8 more on 1 June is refused even though May has room
     with pytest.raises(Conflict) as refused:
-        book(people, inventory["a"][1:2], dt.datetime(2026, 6, 1, 2, tzinfo=UTC),
-             dt.datetime(2026, 6, 1, 10, tzinfo=UTC), now)
+        book(people["owner"], people["vision"], inventory["a"][1:2], dt.datetime(2026, 6, 1, 2, tzinfo=UTC), dt.datetime(2026, 6, 1, 10, tzinfo=UTC), now=now)
     assert refused.value.extra["month"] == "2026-06" and refused.value.extra["remaining_gpu_hours"] == 6.0
 
 
@@ -67,7 +61,7 @@ def test_dst_night_counts_real_hours(people, inventory, berlin_team):
     now = dt.datetime(2026, 3, 20, tzinfo=UTC)
     start = dt.datetime(2026, 3, 29, 0, tzinfo=BERLIN)
     end = dt.datetime(2026, 3, 29, 6, tzinfo=BERLIN)
-    booking = book(people, inventory["a"][:2], start, end, now)
+    booking = book(people["owner"], people["vision"], inventory["a"][:2], start, end, now=now)
     assert booking.gpu_seconds == 2 * 5 * 3600
     usage = selectors.team_quota_position(team=berlin_team, now=dt.datetime(2026, 3, 30, tzinfo=UTC))
     assert usage.used_gpu_hours == 10.0 and usage.remaining_gpu_hours == 0.0
@@ -83,7 +77,7 @@ def test_month_start_on_autumn_dst(people, inventory, berlin_team):
 @pytest.mark.django_db
 def test_cancel_refunds_everything(people, inventory, berlin_team):
     now = dt.datetime(2026, 6, 10, 8, tzinfo=UTC)
-    booking = book(people, inventory["a"][:4], now + H, now + 3 * H, now)
+    booking = book(people["owner"], people["vision"], inventory["a"][:4], now + H, now + 3 * H, now=now)
     assert selectors.team_quota_position(team=berlin_team, now=now).used_gpu_hours == 8.0
     reservation_cancel(reservation_id=booking.pk, actor=people["owner"], now=now)
     assert selectors.team_quota_position(team=berlin_team, now=now).used_gpu_hours == 0.0
@@ -92,7 +86,7 @@ def test_cancel_refunds_everything(people, inventory, berlin_team):
 @pytest.mark.django_db
 def test_early_release_refunds_the_unused_part(people, inventory, berlin_team):
     now = dt.datetime(2026, 6, 10, 8, tzinfo=UTC)
-    booking = book(people, inventory["a"][:2], now, now + 4 * H, now)  # 8 GPU-hours
+    booking = book(people["owner"], people["vision"], inventory["a"][:2], now, now + 4 * H, now=now)  # 8 GPU-hours
     reservations_advance(now=now)
     reservation_release(reservation_id=booking.pk, actor=people["owner"], now=now + dt.timedelta(minutes=45),
                         reason="finished")
@@ -106,14 +100,13 @@ def test_daily_cap_per_user(people, inventory, berlin_team):
     berlin_team.user_daily_cap_gpu_hours = 6
     berlin_team.save()
     now = dt.datetime(2026, 6, 10, 6, tzinfo=UTC)
-    book(people, inventory["a"][:2], now + H, now + 4 * H, now)  # 6 GPU-hours on 10 June (Berlin)
+    book(people["owner"], people["vision"], inventory["a"][:2], now + H, now + 4 * H, now=now)  # 6 GPU-hours on 10 June (Berlin)
     with pytest.raises(Conflict) as refused:
-        book(people, inventory["a"][:1], now + 5 * H, now + 6 * H, now)
+        book(people["owner"], people["vision"], inventory["a"][:1], now + 5 * H, now + 6 * H, now=now)
     assert refused.value.code == "daily_cap_exceeded" and refused.value.extra["day"] == "2026-06-10"
     # a teammate has their own cap; the next Berlin day is a new day (22:00 UTC = midnight CEST)
-    assert book(people, inventory["a"][:1], now + 5 * H, now + 6 * H, now, who="teammate").pk
-    assert book(people, inventory["a"][:1], dt.datetime(2026, 6, 10, 22, tzinfo=UTC),
-                dt.datetime(2026, 6, 10, 23, tzinfo=UTC), now).pk
+    assert book(people["teammate"], people["vision"], inventory["a"][:1], now + 5 * H, now + 6 * H, now=now).pk
+    assert book(people["owner"], people["vision"], inventory["a"][:1], dt.datetime(2026, 6, 10, 22, tzinfo=UTC), dt.datetime(2026, 6, 10, 23, tzinfo=UTC), now=now).pk
 
 
 # --- one quota position: bookings and backfill together (DESIGN.md "Quota") -----------------------
@@ -121,7 +114,7 @@ def test_daily_cap_per_user(people, inventory, berlin_team):
 
 @pytest.fixture
 def backfill_run(people):
-    from tests.gpus.factories import make_job, make_run
+    from tests.factories import make_job, make_run
     from training.models import Run
 
     def run(gpus, started_at, ended_at=None):
@@ -139,9 +132,9 @@ def test_backfill_use_leaves_less_to_book(people, inventory, berlin_team, backfi
     position = selectors.team_quota_position(team=berlin_team, now=now)
     assert (position.booked_gpu_hours, position.backfill_gpu_hours, position.remaining_gpu_hours) == (0, 4.0, 6.0)
     with pytest.raises(Conflict) as refused:
-        book(people, inventory["a"][:4], now + H, now + 3 * H, now)  # 8 wanted, 6 left
+        book(people["owner"], people["vision"], inventory["a"][:4], now + H, now + 3 * H, now=now)  # 8 wanted, 6 left
     assert refused.value.extra["remaining_gpu_hours"] == 6.0 and refused.value.extra["backfill_gpu_hours"] == 4.0
-    book(people, inventory["a"][:3], now + H, now + 3 * H, now)  # exactly 6
+    book(people["owner"], people["vision"], inventory["a"][:3], now + H, now + 3 * H, now=now)  # exactly 6
     position = selectors.team_quota_position(team=berlin_team, now=now)
     assert (position.used_gpu_hours, position.remaining_gpu_hours, position.level) == (10.0, 0.0, "exhausted")
 
@@ -163,7 +156,7 @@ def test_month_boundary_splits_bookings_and_backfill_in_the_team_zone(
     # charges 2 GPU-hours to May and 4 to June; a booking 21:00–23:00 UTC on 1 GPU, 1 and 1.
     settings.GPUBOOK_BACKFILL_USAGE_FACTOR = 0.5
     boundary = dt.datetime(2026, 5, 31, 22, tzinfo=UTC)
-    book(people, inventory["b"][:1], boundary - H, boundary + H, now=dt.datetime(2026, 5, 20, tzinfo=UTC))
+    book(people["owner"], people["vision"], inventory["b"][:1], boundary - H, boundary + H, now=dt.datetime(2026, 5, 20, tzinfo=UTC))
     backfill_run(inventory["a"][:2], boundary - 2 * H, boundary + 4 * H)
     now = dt.datetime(2026, 6, 1, 6, tzinfo=UTC)
     may = selectors.team_quota_position(team=berlin_team, now=now, at=boundary - dt.timedelta(seconds=1))
@@ -173,7 +166,7 @@ def test_month_boundary_splits_bookings_and_backfill_in_the_team_zone(
         "2026-06", 1.0, 4.0, 5.0)
     # 6 GPU-hours in June would fit if backfill were not charged (10 − 1 = 9) but 5 are left
     with pytest.raises(Conflict) as refused:
-        book(people, inventory["a"][:3], now + H, now + 3 * H, now)
+        book(people["owner"], people["vision"], inventory["a"][:3], now + H, now + 3 * H, now=now)
     assert refused.value.extra["month"] == "2026-06" and refused.value.extra["remaining_gpu_hours"] == 5.0
     # a booking ending in May and starting before the boundary is checked against May only
     assert selectors.team_quota_position(team=berlin_team, now=now, at=boundary).month == "2026-06"

@@ -92,12 +92,14 @@ def run(
     team: str = "vision",
     user: str = "alice",
     priority: Priority = Priority.MEDIUM,
+    checkpointable: bool = True,
 ) -> Run:
     return Run(
         id=run_id, job_id=job_id if job_id is not None else 1000 + run_id, gpu_ids=gpu_ids,
         kind=kind, started_at=started_at, team=team, user=user,
         reservation_id=reservation_id, must_end_by=must_end_by,
         stop_requested_at=stop_requested_at, estimated_end=estimated_end, priority=priority,
+        checkpointable=checkpointable,
     )
 
 

@@ -15,6 +15,7 @@ import enum
 import gzip
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -56,6 +57,8 @@ def replay_logs() -> dict[str, list[list]]:
         )
         for name in POLICIES:
             policy = policy_for(name)
+            # The policy as it was when the log was recorded (later tuning is not a refactor).
+            policy = replace(policy, non_checkpointable_gap_factor=1.0)
             fifo = name == "fifo"
             config = SimulationConfig(
                 gpus=gpus, policy=policy, restart_overhead_s=60.0,

@@ -38,7 +38,10 @@ def test_fit_before_the_next_reservation_or_preemptible(
 ):
     queued = job(1, 2, estimate_s=estimate_s, checkpointable=checkpointable,
                  times_preempted=times_preempted)
-    starts = starts_of(snapshot(queued_jobs=(queued,), **_node0_booked_at()))
+    # The estimate taken at its word (factor 1) for the jobs that cannot checkpoint.
+    trusting = Policy(grace_s=GRACE_S, min_preemptible_runtime_s=900.0,
+                      non_checkpointable_gap_factor=1.0)
+    starts = starts_of(snapshot(queued_jobs=(queued,), **_node0_booked_at()), policy=trusting)
     if expected_preemptible is None:
         assert starts == []
         return
@@ -47,6 +50,18 @@ def test_fit_before_the_next_reservation_or_preemptible(
     assert start.must_end_by == RESERVED_AT
     assert start.preemptible is expected_preemptible
     assert start.estimated_end == estimate_s
+
+
+@pytest.mark.parametrize(("estimate_s", "fits"), [(1313.0, True), (1314.0, False)])
+def test_a_job_that_cannot_checkpoint_needs_a_gap_of_three_times_its_estimate(estimate_s, fits):
+    # Default factor 3: 3 x 1313 + 60 = 3999 <= 4000 (the reservation); 1314 is too long.
+    assert POLICY.non_checkpointable_gap_factor == 3.0
+    queued = job(1, 2, estimate_s=estimate_s, checkpointable=False)
+    starts = starts_of(snapshot(queued_jobs=(queued,), **_node0_booked_at()))
+    assert len(starts) == (1 if fits else 0)
+    if fits:
+        # What it expects to need stays its own estimate; only the gap it needs grows.
+        assert starts[0].estimated_end == estimate_s
 
 
 def test_preemptible_backfill_needs_its_minimum_runtime():

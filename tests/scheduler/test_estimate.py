@@ -61,3 +61,28 @@ def test_estimate_from_recent_uses_the_last_two():
 )
 def test_estimate_grows_when_a_run_outlives_it(estimate, ran, expected):
     assert grown_estimate(estimate, ran, DEFAULT_S) == expected
+
+
+def test_predict_runtime_prefers_similar_jobs_then_size_then_user_then_default():
+    from scheduler import RuntimeSource, predict_runtime
+
+    history = (
+        *HISTORY,
+        PastRun(user="alice", gpus=1, duration_s=7000.0, ended_at=60.0, job_id=7,
+                similar=("yolo:v8", "coco", 50, 640)),
+    )
+    signature = ("yolo:v8", "coco", 50, 640)
+    similar = predict_runtime(history, user="alice", gpus=1, default_s=DEFAULT_S,
+                              similar=signature, user_estimate_s=10.0)
+    assert (similar.seconds, similar.source) == (7000.0, RuntimeSource.HISTORY)
+    by_size = predict_runtime(history, user="alice", gpus=1, default_s=DEFAULT_S,
+                              similar=("other",), user_estimate_s=10.0)
+    # Last two 1-GPU runs of alice: job 3 (500 s) and job 7 (7000 s).
+    assert (by_size.seconds, by_size.source) == (3750.0, RuntimeSource.HISTORY)
+    stranger = predict_runtime(history, user="dave", gpus=1, default_s=DEFAULT_S,
+                               user_estimate_s=1234.0)
+    assert (stranger.seconds, stranger.source) == (1234.0, RuntimeSource.USER)
+    nothing = predict_runtime(history, user="dave", gpus=1, default_s=DEFAULT_S)
+    assert (nothing.seconds, nothing.source) == (DEFAULT_S, RuntimeSource.DEFAULT)
+    # The history's order does not matter.
+    assert predict_runtime(history[::-1], user="alice", gpus=1, default_s=DEFAULT_S) == by_size

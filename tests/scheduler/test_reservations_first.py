@@ -97,7 +97,7 @@ def test_reserved_job_waits_when(case, extra):
     [
         reservation(1, (0, 1), SLOT_START, SLOT_END, job_id=77, job_finished=True),
         reservation(1, (0, 1), SLOT_START, SLOT_END, job_id=77,
-                    status=ReservationStatus.PENDING_APPROVAL),
+                    status=ReservationStatus.PENDING),
         reservation(1, (0, 1), SLOT_START, SLOT_END, job_id=77,
                     status=ReservationStatus.CANCELLED),
         # Less than a grace period left: starting would only be stopped at once.

@@ -8,10 +8,10 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from reservations.services import reservation_create
+from tests.support import client_for
 from training.jobspec import JobSpecError, parse_job_spec
 from training.models import Run, RunMetric, TrainingJob
 
@@ -71,16 +71,10 @@ class TestJobSpec:
         assert parsed.command == ("python", "train.py", "--fast") and not parsed.checkpointable
 
 
-def client_for(user):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
-    return client
-
-
 @pytest.fixture
 def api_world(people, inventory, settings):
     settings.GPUBOOK_DATA_ROOTS = ["/data/{team}"]
-    return {name: client_for(user) for name, user in people.items() if name not in {"vision", "nlp"}}
+    return {name: client_for(user, api=True) for name, user in people.items() if name not in {"vision", "nlp"}}
 
 
 def submit(client, **changes):

@@ -8,7 +8,7 @@ import pytest
 from gpus.models import GpuSample
 from reservations import selectors
 from reservations.models import Reservation
-from tests.gpus.factories import fill_samples, make_job, make_reservation, make_run
+from tests.factories import fill_samples, make_job, make_reservation, make_run
 from training import reconcile, watchdog
 from training.models import Run, RunMetric
 from training.watchdog import watchdog_tick
@@ -115,20 +115,6 @@ def test_the_last_slot_is_not_released_for_nothing(booking, notices):
         fill_samples(gpu, START, 180, utilization=0.0)
     summary = watchdog_tick(now=START + 2 * H + 40 * MIN)  # the next edge is the booking's end
     assert summary.released == [] and summary.notified == [booking["reservation"].pk]
-
-
-def test_idle_notice_without_the_event_type_is_logged_once(booking, caplog, monkeypatch):
-    monkeypatch.setattr(watchdog, "_said_missing_event", set())
-    booking["team"].idle_release = False
-    booking["team"].save()
-    for gpu in booking["gpus"]:
-        fill_samples(gpu, START, 40, utilization=0.0)
-    watchdog_tick(now=START + 30 * MIN)
-    watchdog_tick(now=START + 31 * MIN)
-    from notifications.models import EventType
-
-    if "reservation.idle" not in EventType.values:
-        assert sum("reservation.idle" in record.getMessage() for record in caplog.records) == 1
 
 
 # --- anomalies -----------------------------------------------------------------------------------

@@ -58,7 +58,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-TERMINAL_EVENTS = frozenset({"succeeded", "checkpointed", "failed"})
 REPORT_TIMEOUT_S = 3.0
 REPORT_BUFFER = 256
 BATCH_STDOUT_EVERY_S = 1.0

@@ -62,7 +62,7 @@ class EmailTransport:
         if not address:
             raise PermanentError("the recipient has no email address")
         subject, text, html = render_email(delivery.notice, user)
-        timeout = getattr(settings, "EMAIL_TIMEOUT", None) or getattr(settings, "GPUBOOK_NOTIFY_TIMEOUT_SECONDS", 10)
+        timeout = settings.EMAIL_TIMEOUT
         message = EmailMultiAlternatives(
             subject=subject,
             body=text,

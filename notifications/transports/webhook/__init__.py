@@ -89,7 +89,7 @@ class WebhookTransport:
             "X-Gpubook-Timestamp": timestamp,
             "X-Gpubook-Signature": sign(secret=webhook.secret, timestamp=timestamp, body=body),
         }
-        timeout = getattr(settings, "GPUBOOK_WEBHOOK_TIMEOUT_SECONDS", 10)
+        timeout = settings.GPUBOOK_WEBHOOK_TIMEOUT_SECONDS
         try:
             status, content = post(target, body, headers, timeout)
         except (OSError, http.client.HTTPException) as error:

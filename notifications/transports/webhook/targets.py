@@ -37,7 +37,7 @@ class Target:
 def _allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     return [
         ipaddress.ip_network(network, strict=False)
-        for network in getattr(settings, "GPUBOOK_WEBHOOK_ALLOWED_NETWORKS", [])
+        for network in settings.GPUBOOK_WEBHOOK_ALLOWED_NETWORKS
     ]
 
 

@@ -1,8 +1,9 @@
 """The embedded scheduler loop (`make run`): a scheduler tick, then the other rooms' periodic
 work (GPU telemetry of this host, notification delivery), then sleep until the plan's next
-wake-up or the tick interval, whichever is sooner. Production uses Celery beat instead."""
+wake-up or the tick interval, whichever is sooner. Production uses Celery beat instead.
 
-import time
+SIGTERM (what `docker stop`, systemd and Kubernetes send) and Ctrl-C stop the loop after the
+tick under way; the command then exits 0."""
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -13,7 +14,7 @@ from notifications.delivery import notifications_run_once
 from reservations.waitlist import waitlist_run_once
 from training.execution import executor_from_settings
 from training.logs import logs_collect
-from training.loop import scheduler_tick
+from training.loop import StopRequest, run_until_stopped, scheduler_tick
 
 # Each takes `now`; Celery runs the same work as separate beat tasks.
 EMBEDDED_HOOKS = [telemetry_tick, lambda now: notifications_run_once(now=now), lambda now: logs_collect(now=now)]
@@ -31,7 +32,10 @@ class Command(BaseCommand):
         tick = settings.GPUBOOK_TICK_SECONDS
         self.stdout.write(f"scheduler: {executor.kind} executor, tick {tick} s")
         due = None
-        while True:
+
+        def run_once() -> float:
+            """One tick and the embedded hooks; returns the seconds to sleep before the next."""
+            nonlocal due
             now = timezone.now()
             report = scheduler_tick(now=now, executor=executor, due=due)
             for hook in EMBEDDED_HOOKS:
@@ -39,11 +43,16 @@ class Command(BaseCommand):
             for name in ("started", "stopped", "killed", "released", "ended", "errors"):
                 if getattr(report, name):
                     self.stdout.write(f"{now:%H:%M:%S} {name}: {getattr(report, name)}")
-            if once:
-                return
             wait, due = float(tick), None
             if report.next_wakeup is not None:
                 until = (report.next_wakeup - timezone.now()).total_seconds()
                 if until < wait:
                     wait, due = max(0.0, until), report.next_wakeup
-            time.sleep(wait)
+            return wait
+
+        if once:
+            run_once()
+            return
+        with StopRequest.on_signals() as stop:
+            ticks = run_until_stopped(run_once=run_once, stop=stop)
+        self.stdout.write(f"scheduler: stopped after {ticks} tick(s)")

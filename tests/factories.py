@@ -1,4 +1,4 @@
-"""Rows for telemetry, report and watchdog tests, written straight to the database (the
+"""The one factories module: rows for telemetry, report, quota and watchdog tests, written straight to the database (the
 booking rules are tested elsewhere; these tests need fixed, past or odd data)."""
 
 import datetime as dt

@@ -1,3 +1,6 @@
+"""The demo data (`manage.py seed_demo`). It lives in `training` because it seeds every room —
+GPUs, teams, bookings and a demo training job — and only training may import them all."""
+
 import datetime as dt
 import random
 

@@ -1,0 +1,184 @@
+"""How good are the scheduler's estimates? Two measurements on `../shared/traces/`:
+
+1. **Runtime prediction** (issue #18 item 4, `scheduler.estimate.predict_runtime`): every
+   job of each whole trace, in submit order, predicted from its owner's runs that had
+   *finished* by its submission (the traces carry no image/model/dataset, so "similar" is
+   the size class); no user estimate exists in a trace, so the fallback is the default
+   (1 h). Error as the factor max(predicted/actual, actual/predicted): median and p90,
+   overall and per source; and the median of predicted/actual (bias).
+2. **Queue start estimates** (issue #18 item 2, `scheduler.queue_estimates.estimate_starts`):
+   the philly evaluation window (benchmarks/eval_matrix.py, 0.95 load, 20 % booked, seed 1)
+   replayed under gpubook; every 10th submitted job gets the estimate `estimate_starts`
+   gives at the first plan after its submission, compared with the start it actually got:
+   median and p90 absolute error, for all sampled jobs and for those that waited.
+
+    .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.eval_matrix import TRACES_DIR  # noqa: E402
+from scheduler.estimate import PastRun, RuntimeSource, predict_runtime, size_class  # noqa: E402
+from scheduler.policy import Policy  # noqa: E402
+from scheduler.sim.metrics import percentile  # noqa: E402
+from scheduler.sim.trace import parse_window, read_trace  # noqa: E402
+
+TRACES = ("philly.csv", "helios_venus.csv", "itp_cluster04.csv")
+
+
+def runtime_prediction(trace_file: str) -> dict:
+    trace = read_trace(TRACES_DIR / trace_file, parse_window(None))
+    default_s = Policy().default_estimate_s
+    ends = sorted((job.submit_s + job.duration_s, job.job_id, job) for job in trace)
+    finished = 0
+    # Per user and size class, the runs finished so far (the estimator reads the last two).
+    recent: dict[tuple[str, int], list[PastRun]] = {}
+    factors: dict[str, list[float]] = {source.value: [] for source in RuntimeSource}
+    ratios: list[float] = []
+    for job in trace:
+        while finished < len(ends) and ends[finished][0] <= job.submit_s:
+            end_s, _, done = ends[finished]
+            finished += 1
+            if done.user.startswith("job-"):
+                continue  # no user in the trace (ITP): nobody's history
+            runs = recent.setdefault((done.user, size_class(done.gpus)), [])
+            runs.append(PastRun(done.user, done.gpus, done.duration_s, end_s, done.job_id))
+            del runs[:-2]
+        estimate = predict_runtime(
+            recent.get((job.user, size_class(job.gpus)), ()),
+            user=job.user, gpus=job.gpus, default_s=default_s,
+        )
+        ratio = estimate.seconds / job.duration_s
+        ratios.append(ratio)
+        factors[estimate.source.value].append(max(ratio, 1 / ratio))
+    every = [factor for values in factors.values() for factor in values]
+    return {
+        "jobs": len(trace),
+        "median_factor": percentile(every, 0.5),
+        "p90_factor": percentile(every, 0.9),
+        "median_ratio": percentile(ratios, 0.5),
+        "by_source": {
+            source: {
+                "jobs": len(values),
+                "median_factor": percentile(values, 0.5),
+                "p90_factor": percentile(values, 0.9),
+            }
+            for source, values in factors.items() if values
+        },
+    }
+
+
+def print_runtime() -> None:
+    print("| trace | jobs | median error factor | p90 error factor | median predicted/actual "
+          "| history: jobs, median, p90 | default: jobs, median, p90 |")
+    print("|---|---|---|---|---|---|---|")
+    for trace_file in TRACES:
+        result = runtime_prediction(trace_file)
+        cells = []
+        for source in ("history", "default"):
+            part = result["by_source"].get(source)
+            cells.append(
+                f"{part['jobs']:,}, {part['median_factor']:.2f}x, {part['p90_factor']:.1f}x"
+                if part else "0"
+            )
+        print(f"| {trace_file} | {result['jobs']:,} | {result['median_factor']:.2f}x | "
+              f"{result['p90_factor']:.1f}x | {result['median_ratio']:.2f} | "
+              f"{cells[0]} | {cells[1]} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["runtime", "queue"])
+    arguments = parser.parse_args()
+    if not TRACES_DIR.exists():
+        print(f"traces not found: {TRACES_DIR}", file=sys.stderr)
+        return 1
+    started = time.perf_counter()
+    if arguments.only in (None, "runtime"):
+        print_runtime()
+    if arguments.only in (None, "queue"):
+        print_queue()
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+QUEUE_SAMPLE_EVERY = 5
+QUEUE_MAX_PLANS = 200
+
+
+def queue_estimate_error() -> dict:
+    from benchmarks.eval_matrix import GPUS_PER_NODE, WINDOWS, cluster_size, offered_gpus
+    from scheduler.queue_estimates import estimate_starts
+    from scheduler.sim.engine import Simulation, SimulationConfig
+    from scheduler.sim.policies import policy_for
+    from scheduler.sim.replay import fresh_jobs, team_quotas
+    from scheduler.sim.workload import build_workload, make_gpus
+
+    setup = WINDOWS[0]
+    trace = read_trace(TRACES_DIR / setup.file, setup.window)
+    offered = offered_gpus(trace, setup.window)
+    gpus_total = cluster_size(offered, 0.95)
+    gpus = make_gpus(gpus_total, GPUS_PER_NODE)
+    workload = build_workload(trace, gpus=gpus, gpus_per_node=GPUS_PER_NODE,
+                              reservation_share=0.2, slot_s=1800.0, grace_s=60.0, seed=1)
+    policy = policy_for("gpubook")
+    booked = {booking.job_id for booking in workload.bookings}
+    sampled = {job.id for job in workload.jobs if job.id not in booked}
+    sampled = set(sorted(sampled)[::QUEUE_SAMPLE_EVERY])
+    estimated: dict[int, float | None] = {}
+
+    def observe(now_s: float, snapshot) -> None:
+        new = [job.id for job in snapshot.queued_jobs
+               if job.id in sampled and job.id not in estimated]
+        if not new:
+            return
+        estimates = estimate_starts(snapshot, now_s, policy, max_plans=QUEUE_MAX_PLANS)
+        for job_id in new:
+            estimated[job_id] = estimates[job_id].estimated_start
+
+    config = SimulationConfig(
+        gpus=gpus, policy=policy, restart_overhead_s=60.0,
+        team_quota_gpu_s=team_quotas(workload, policy, offered / gpus_total),
+        run_aware_booking=True, observer=observe,
+    )
+    result = Simulation(config, fresh_jobs(workload, without_bookings=False),
+                        workload.bookings).run()
+    errors, waited_errors, no_estimate = [], [], 0
+    for job_id, start_s in estimated.items():
+        job = result.jobs[job_id]
+        if start_s is None or job.first_start_s is None:
+            no_estimate += 1
+            continue
+        error = abs(start_s - job.first_start_s)
+        errors.append(error)
+        if job.first_start_s > job.submit_s + 1:
+            waited_errors.append(error)
+    return {
+        "gpus": gpus_total, "sampled": len(estimated), "no_estimate": no_estimate,
+        "median_abs_error_s": percentile(errors, 0.5), "p90_abs_error_s": percentile(errors, 0.9),
+        "waited": len(waited_errors),
+        "waited_median_abs_error_s": percentile(waited_errors, 0.5),
+        "waited_p90_abs_error_s": percentile(waited_errors, 0.9),
+    }
+
+
+def print_queue() -> None:
+    result = queue_estimate_error()
+    print(f"\nqueue estimates, philly window on {result['gpus']} GPUs, 20 % booked, gpubook: "
+          f"{result['sampled']} sampled jobs ({result['no_estimate']} without an estimate "
+          f"within {QUEUE_MAX_PLANS} plans): median abs error "
+          f"{result['median_abs_error_s']:,.0f} s, p90 {result['p90_abs_error_s']:,.0f} s; "
+          f"the {result['waited']} that waited: median {result['waited_median_abs_error_s']:,.0f}"
+          f" s, p90 {result['waited_p90_abs_error_s']:,.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

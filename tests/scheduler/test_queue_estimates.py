@@ -1,0 +1,125 @@
+"""Queue estimates (scheduler.queue_estimates): position, estimated start and why a job
+waits, from plan() rolled forward over the known runs and bookings."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from scheduler import DEFAULT_POLICY, TeamAccount
+from scheduler.queue_estimates import WaitReason, estimate_starts
+from tests.scheduler.builders import gpus, job, reservation, run, snapshot
+
+NOW = 100_000.0
+
+
+def one_node(**parts):
+    return snapshot(gpus=gpus(nodes=1, per_node=8), **parts)
+
+
+def test_jobs_behind_a_running_job_start_when_it_is_expected_to_end():
+    state = one_node(
+        runs=(run(1, tuple(range(8)), started_at=NOW - 600, estimated_end=NOW + 3600),),
+        queued_jobs=(
+            job(10, 4, submitted_at=NOW - 100, estimate_s=600.0),
+            job(11, 8, submitted_at=NOW - 50, estimate_s=600.0),
+        ),
+    )
+    estimates = estimate_starts(state, NOW)
+    first, second = estimates[10], estimates[11]
+    assert (first.position, first.estimated_start, first.wait_reason) == (
+        1, NOW + 3600, WaitReason.GPUS_BUSY
+    )
+    # The 8-GPU job needs the whole node: after job 10's estimated 600 s.
+    assert (second.position, second.estimated_start, second.wait_reason) == (
+        2, NOW + 4200, WaitReason.QUEUE_AHEAD
+    )
+
+
+def test_a_job_that_fits_now_starts_now():
+    state = one_node(queued_jobs=(job(10, 2),))
+    estimate = estimate_starts(state, NOW)[10]
+    assert (estimate.position, estimate.estimated_start, estimate.wait_reason) == (
+        1, NOW, WaitReason.STARTS_NOW
+    )
+
+
+def test_a_booking_ahead_on_the_idle_gpus_is_named_and_the_job_starts_after_it():
+    booking = reservation(7, tuple(range(8)), NOW + 1800, NOW + 5400, job_id=999)
+    # A job that cannot checkpoint does not go into the 30-minute gap (a checkpointable one
+    # would, as preemptible backfill).
+    state = one_node(
+        reservations=(booking,),
+        queued_jobs=(job(10, 2, estimate_s=7200.0, checkpointable=False),),
+    )
+    estimate = estimate_starts(state, NOW)[10]
+    assert estimate.wait_reason == WaitReason.BOOKING_AHEAD
+    assert estimate.blocking_reservation_id == 7
+    assert estimate.estimated_start == NOW + 5400
+
+
+def test_a_team_without_quota_waits_for_quota_and_gets_no_start():
+    state = one_node(
+        queued_jobs=(job(10, 1),),
+        teams=(TeamAccount(team="vision", quota_remaining_gpu_s=0.0),),
+    )
+    estimate = estimate_starts(state, NOW)[10]
+    assert estimate.wait_reason == WaitReason.QUOTA
+    assert estimate.estimated_start is None
+
+
+def test_too_large_for_any_node():
+    state = one_node(queued_jobs=(job(10, 16),))
+    estimate = estimate_starts(state, NOW, replace(DEFAULT_POLICY, allow_multi_node=False))[10]
+    assert (estimate.wait_reason, estimate.estimated_start) == (WaitReason.TOO_LARGE, None)
+
+
+def test_datetimes_in_datetimes_out_and_the_snapshot_is_untouched():
+    now = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    state = one_node(
+        runs=(run(1, tuple(range(8)), started_at=now - timedelta(hours=1),
+                  estimated_end=now + timedelta(hours=2)),),
+        queued_jobs=(job(10, 8, submitted_at=now - timedelta(minutes=5)),),
+    )
+    before = repr(state)
+    estimate = estimate_starts(state, now)[10]
+    assert estimate.estimated_start == now + timedelta(hours=2)
+    assert repr(state) == before
+    assert estimate_starts(state, now) == estimate_starts(state, now)
+
+
+def test_with_exact_runtimes_and_no_later_submissions_the_estimate_is_what_happens():
+    # Twenty jobs queued at once on two 8-GPU nodes, every estimate exact, a booking ahead:
+    # rolling plan() forward must reproduce the simulated cluster's starts to the second.
+    import random
+
+    from scheduler.sim.engine import Booking, SimJob, Simulation, SimulationConfig
+    from scheduler.sim.policies import policy_for
+    from scheduler.sim.workload import make_gpus
+
+    rng = random.Random(7)
+    jobs = [
+        SimJob(id=number, user=f"user{number % 3}", team="vision",
+               gpus=rng.choice([1, 2, 4, 8]), submit_s=0.0,
+               duration_s=float(rng.randint(300, 7200)), checkpointable=False)
+        for number in range(1, 21)
+    ]
+    for sim_job in jobs:
+        sim_job.estimate_s = sim_job.duration_s
+    booking = Booking(id=1, job_id=99, gpu_ids=tuple(range(8)), start_s=5400.0,
+                      end_s=9000.0, booked_at_s=-1.0, team="vision", user="user9")
+    booked_job = SimJob(id=99, user="user9", team="vision", gpus=8, submit_s=5400.0,
+                        duration_s=3000.0, booking_id=1)
+    policy = policy_for("easy")
+    seen = {}
+
+    def observe(now_s, state):
+        if not seen:
+            seen.update(estimate_starts(state, now_s, policy))
+
+    config = SimulationConfig(gpus=make_gpus(16, 8), policy=policy, use_estimator=False,
+                              team_quota_gpu_s={"vision": 1e12}, observer=observe)
+    result = Simulation(config, [*jobs, booked_job], (booking,)).run()
+    assert sorted(seen) == [sim_job.id for sim_job in jobs]
+    for sim_job in jobs:
+        assert seen[sim_job.id].estimated_start == result.jobs[sim_job.id].first_start_s, sim_job
