@@ -318,3 +318,8 @@ SPECTACULAR_SETTINGS.update({
     },
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.postprocess"],
 })
+
+# --- recurring bookings and the waitlist (issue 16) -------------------------------------------
+# The waitlist sweep offers freed slots, oldest entry first; entries expire at the slot's start.
+CELERY_BEAT_SCHEDULE["waitlist"] = {"task": "reservations.waitlist_run_once", "schedule": 30.0}
+CELERY_IMPORTS = [*CELERY_IMPORTS, "reservations.tasks"]

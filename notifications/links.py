@@ -27,3 +27,11 @@ def team_url(team_id: int) -> str:
 def preferences_url() -> str:
     # Preferences are edited through the API for now; the profile page is where a form belongs.
     return f"{base_url()}/profile/"
+
+
+def approvals_url() -> str:
+    return f"{base_url()}/approvals/"
+
+
+def calendar_url() -> str:
+    return f"{base_url()}/calendar/"

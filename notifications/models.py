@@ -34,6 +34,11 @@ class EventType(models.TextChoices):
     QUOTA_WARNING = "quota.warning", "Team quota 80 % used"
     QUOTA_EXHAUSTED = "quota.exhausted", "Team quota used up"
     JOB_WAITING = "job.waiting", "Job waiting in the queue"
+    RESERVATION_AWAITING_APPROVAL = "reservation.awaiting_approval", "Booking waits for approval"
+    RESERVATION_REJECTED = "reservation.rejected", "Booking rejected"
+    WAITLIST_SLOT_FREE = "waitlist.slot_free", "A slot you waited for is free"
+    WAITLIST_BOOKED = "waitlist.booked", "Booked from the waitlist"
+    WAITLIST_FAILED = "waitlist.failed", "Waitlist booking failed"
 
 
 def new_webhook_secret() -> str:

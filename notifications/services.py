@@ -166,9 +166,33 @@ def _notify_reservation(*, reservation, event_type: str, now: dt.datetime, extra
 def notify_reservation_confirmed(*, reservation, now: dt.datetime) -> Notice | None:
     """A booking is confirmed (at creation, or when a manager approves it). A booking still
     waiting for approval is not confirmed and gets nothing yet."""
+    if reservation.status == "pending":
+        return notify_reservation_awaiting_approval(reservation=reservation, now=now)
     if reservation.status != "confirmed":
         return None
     return _notify_reservation(reservation=reservation, event_type=EventType.RESERVATION_CONFIRMED, now=now)
+
+
+def notify_reservation_awaiting_approval(*, reservation, now: dt.datetime) -> Notice | None:
+    """A booking in a team that requires approval waits: its managers hear of it (the
+    approvals page lists it), with a link to decide."""
+    membership = apps.get_model("reservations", "Membership")
+    managers = membership.objects.filter(team_id=reservation.team_id, role="manager").values_list("user_id", flat=True)
+    return notice_emit(
+        event_type=EventType.RESERVATION_AWAITING_APPROVAL,
+        team_id=reservation.team_id,
+        payload={**_reservation_payload(reservation), "approvals_url": links.approvals_url()},
+        recipients=list(managers),
+        now=now,
+    )
+
+
+def notify_reservation_rejected(*, reservation, reason: str, decided_by: str, now: dt.datetime) -> Notice | None:
+    """A manager turned a waiting booking down: the booker hears why."""
+    return _notify_reservation(
+        reservation=reservation, event_type=EventType.RESERVATION_REJECTED, now=now,
+        extra={"reason": reason, "decided_by": decided_by},
+    )
 
 
 def notify_reservation_changed(*, reservation, before: dict, now: dt.datetime) -> Notice | None:

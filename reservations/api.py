@@ -207,6 +207,18 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         services.reservation_approve(reservation_id=path_id(pk), actor=request.user, now=timezone.now())
         return Response(self._render(path_id(pk)))
 
+    @extend_schema(request=ReasonSerializer, responses={200: ReservationSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        from reservations.approvals import reservation_reject  # the approvals room imports the page helpers
+
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        reservation_reject(
+            reservation_id=path_id(pk), actor=request.user, reason=reason.validated_data["reason"], now=timezone.now()
+        )
+        return Response(self._render(path_id(pk)))
+
     def _render(self, reservation_id: int) -> dict:
         reservation = get_object_or_404(self.get_queryset(), pk=reservation_id)
         return ReservationSerializer(reservation).data

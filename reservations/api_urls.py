@@ -1,12 +1,14 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from reservations import api
+from reservations import api, recurring, waitlist
 
 router = SimpleRouter()
 router.register("gpus", api.GpuViewSet, basename="gpu")
 router.register("reservations", api.ReservationViewSet, basename="reservation")
 router.register("teams", api.TeamViewSet, basename="team")
+router.register("series", recurring.SeriesViewSet, basename="series")  # recurring bookings
+router.register("waitlist", waitlist.WaitlistViewSet, basename="waitlist")
 
 urlpatterns = [
     path("auth/token/", api.TokenView.as_view(), name="api-token"),

@@ -198,3 +198,85 @@ class UserProfile(models.Model):
 
     def __str__(self) -> str:
         return f"profile of {self.user}"
+
+
+# --- recurring bookings and the waitlist (reservations/recurring.py, reservations/waitlist.py) ---
+
+
+class ReservationSeries(models.Model):
+    """"Every Tuesday 18:00–22:00 until 31 March": an RFC 5545 rule read in `time_zone`, so the
+    wall-clock time holds across DST. Each occurrence is an ordinary Reservation, booked by
+    the same service as a single booking; the ones that could not be booked are kept with why."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="reservation_series")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="reservation_series")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="reservation_series")
+    gpu_ids = models.JSONField()
+    rule = models.CharField(max_length=500, help_text="RRULE, e.g. FREQ=WEEKLY;BYDAY=TU;UNTIL=20270331T235959Z")
+    time_zone = models.CharField(max_length=64, validators=[validate_time_zone])
+    first_start = models.DateTimeField()
+    duration_s = models.PositiveIntegerField()
+    note = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"series #{self.pk} {self.rule}"
+
+
+class SeriesOccurrence(models.Model):
+    series = models.ForeignKey(ReservationSeries, on_delete=models.CASCADE, related_name="occurrences")
+    start = models.DateTimeField()
+    reservation = models.OneToOneField(
+        Reservation, null=True, blank=True, on_delete=models.SET_NULL, related_name="series_occurrence"
+    )
+    problem_code = models.CharField(max_length=50, blank=True)
+    problem = models.CharField(max_length=500, blank=True, help_text="Why this date could not be booked.")
+
+    class Meta:
+        ordering = ["start"]
+        constraints = [models.UniqueConstraint(fields=["series", "start"], name="seriesoccurrence_unique_start")]
+
+    def __str__(self) -> str:
+        return f"series #{self.series_id} at {self.start:%Y-%m-%d %H:%M}"
+
+
+class WaitlistEntry(models.Model):
+    """Someone who found a slot taken and asked to hear when it frees (`notify`) or to have it
+    booked for them (`book`). First come, first served; an entry expires at the slot's start."""
+
+    class Mode(models.TextChoices):
+        NOTIFY = "notify", "Tell me when it frees"
+        BOOK = "book", "Book it for me if it frees"
+
+    class State(models.TextChoices):
+        WAITING = "waiting", "Waiting"
+        NOTIFIED = "notified", "Told it is free"
+        BOOKED = "booked", "Booked"
+        FAILED = "failed", "Could not be booked"
+        EXPIRED = "expired", "Expired"
+        CANCELLED = "cancelled", "Cancelled"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="waitlist_entries")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="waitlist_entries")
+    gpu_ids = models.JSONField()
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    mode = models.CharField(max_length=8, choices=Mode.choices)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.WAITING)
+    note = models.CharField(max_length=500, blank=True)
+    reservation = models.ForeignKey(
+        Reservation, null=True, blank=True, on_delete=models.SET_NULL, related_name="from_waitlist"
+    )
+    outcome = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["state", "start"])]
+
+    def __str__(self) -> str:
+        return f"waitlist #{self.pk} {self.mode} {self.start:%Y-%m-%d %H:%M}"

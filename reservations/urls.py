@@ -3,7 +3,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from reservations import views
+from reservations import approvals, views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="calendar", permanent=False), name="home"),
@@ -21,4 +21,8 @@ urlpatterns = [
     path("profile/", views.profile, name="profile"),
     path("profile/calendar-token/", views.profile_calendar_token, name="profile-calendar-token"),
     path("ical/<str:token>.ics", views.ical_feed, name="ical-feed"),
+    # Managers' approvals (reservations/approvals.py)
+    path("approvals/", approvals.approvals_page, name="approvals"),
+    path("approvals/<int:reservation_id>/approve/", approvals.approve, name="approval-approve"),
+    path("approvals/<int:reservation_id>/reject/", approvals.reject, name="approval-reject"),
 ]

@@ -144,3 +144,15 @@ def test_real_responses_conform(conforms, people, inventory, future_day):
     conforms(bad_job, "/api/v1/jobs/", "post")
     conforms(api.get("/api/v1/jobs/", {"state": "queued"}), "/api/v1/jobs/", "get")
 
+
+
+@pytest.mark.django_db
+def test_unknown_api_paths_answer_in_the_error_shape_even_with_a_session(people):
+    """A fuzzer's malformed id (`/waitlist/0.5/leave/`) misses every route; with a session cookie
+    Django's CSRF page (HTML 403) used to answer instead of the API's JSON 404."""
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(people["owner"])
+    response = browser.post("/api/v1/waitlist/0.5/leave/")
+    assert response.status_code == 404 and response.json() == {"code": "not_found", "detail": "Not found."}

@@ -73,7 +73,10 @@ def load(text: str | bytes) -> Any:
         raise UnsafeYamlError(f"larger than {MAX_BYTES // 1024} KiB")
     if "\x00" in text:
         raise UnsafeYamlError("contains a NUL character")
-    loader = _BoundedLoader(text)
+    try:
+        loader = _BoundedLoader(text)  # the reader refuses control characters already here
+    except yaml.YAMLError as error:
+        raise UnsafeYamlError(f"not valid YAML/JSON: {clip_message(str(error))}") from error
     try:
         return loader.get_single_data()
     except UnsafeYamlError:

@@ -5,9 +5,11 @@ between the command line and the database."""
 import datetime as dt
 import json
 import os
+import queue
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from training.executors.base import run_name
+from training.executors.base import Handle, run_name
 from training.models import Run, TrainingImage, TrainingJob
 
 CLI_ROOT = Path(__file__).resolve().parents[2] / "cli"
@@ -184,10 +186,14 @@ def make_run(*, user, inventory, state: str, progress: dict, epochs_total: int =
         state=TrainingJob.State.RUNNING, epochs_total=epochs_total,
     )
     gpu = inventory["a"][0]
-    return Run.objects.create(
+    run = Run.objects.create(
         job=job, kind=Run.Kind.BACKFILL, node=gpu.node, gpu_ids=[gpu.pk], gpu_indices=[gpu.index], state=state,
         created_at=now, started_at=now, must_end_by=now + dt.timedelta(hours=1), progress=progress,
     )
+    # As the local executor's start() would have recorded it: the log is found through the handle.
+    run.handle = Handle(run_id=run.pk, name=run_name(run.pk), executor="local").as_dict()
+    run.save(update_fields=["handle"])
+    return run
 
 
 def log_path(run: Run) -> Path:
@@ -206,20 +212,33 @@ def test_logs_follow_prints_each_line_once_until_the_run_ends(gpubook, people, i
         [sys.executable, "-m", "gpubook_cli", "logs", "-f", str(run.pk), "--interval", "0.2"],
         env=gpubook.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    lines: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in follower.stdout], daemon=True)
+    reader.start()
+
+    def next_line() -> str:
+        try:
+            return lines.get(timeout=30)  # a poll every 0.2 s: 30 s only on a very loaded machine
+        except queue.Empty:
+            raise AssertionError("`gpubook logs -f` printed nothing new within 30 s") from None
+
     try:
-        assert follower.stdout.readline() == "line 1\n"
-        assert follower.stdout.readline() == "line 2\n"
+        assert next_line() == "line 1\n"
+        assert next_line() == "line 2\n"
         with path.open("a") as log:
             log.write("line 3\n")
-        assert follower.stdout.readline() == "line 3\n"  # blocks until the next poll prints it
+        assert next_line() == "line 3\n"  # printed by a later poll
         with path.open("a") as log:
             log.write("line 4\n")
         Run.objects.filter(pk=run.pk).update(state=Run.State.SUCCEEDED, ended_at=timezone.now())
-        rest, errors = follower.communicate(timeout=30)
+        assert follower.wait(timeout=30) == 0, follower.stderr.read()
     finally:
         follower.kill()
-    assert follower.returncode == 0, errors
-    assert rest == "line 4\n"  # once, whichever poll caught it
+    reader.join(timeout=10)
+    rest = []
+    while not lines.empty():
+        rest.append(lines.get())
+    assert rest == ["line 4\n"]  # once, whichever poll caught it
 
     outsider = gpubook("logs", str(run.pk), env={"GPUBOOK_TOKEN": login_token(gpubook, "carol")}, check=False)
     assert outsider.returncode == 1 and "Not found" in outsider.stderr

@@ -205,6 +205,10 @@ EXAMPLE_PAYLOADS = {
                       "url": "http://127.0.0.1:8000/teams/1/"},
     "job": lambda: {"job": {"id": 2, "name": "yolo11n"}, "waited_minutes": 75, "waiting_since": NOW.isoformat(),
                     "url": "http://127.0.0.1:8000/jobs/2/"},
+    "waitlist": lambda: {"slot": {"node": "node-a", "gpus": [0], "gpu_ids": [1], "start": NOW.isoformat(),
+                                  "end": (NOW + H).isoformat()},
+                         "waitlist_entry": 4, "reservation_id": 9, "reason": "quota used up",
+                         "url": "http://127.0.0.1:8000/calendar/"},
 }
 
 

@@ -83,3 +83,12 @@ def test_the_seed_file_is_accepted_through_the_api(people, inventory, settings):
 
     refused = client.post("/api/v1/jobs/", {"spec_yaml": SEED_FILE.replace("vision", "nlp")}, format="json")
     assert refused.status_code == 403 and refused.json()["code"] == "not_team_member"  # alice is not in nlp
+
+
+@pytest.mark.django_db
+def test_control_characters_in_a_spec_are_a_400_not_a_500(people):
+    """Found by schema fuzzing: YAML's reader refuses \x12 while the loader is being built."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=people['owner'])[0].key}")
+    response = client.post("/api/v1/jobs/", {"spec_yaml": "\x12 task_name: x"}, format="json")
+    assert response.status_code == 400 and response.json()["code"] == "invalid_spec"

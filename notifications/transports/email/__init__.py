@@ -14,7 +14,7 @@ from notifications.models import EventType
 from notifications.transports import PermanentError, TransportError
 
 # Event types share a body template per family: reservation.*, run.*, quota.*, job.*.
-FAMILIES = ("reservation", "run", "quota", "job")
+FAMILIES = ("reservation", "run", "quota", "job", "waitlist")
 
 
 def _recipient_zone(user) -> str:

@@ -11,12 +11,14 @@ from django.utils import timezone
 
 from gpus.telemetry.hooks import telemetry_tick
 from notifications.delivery import notifications_run_once
+from reservations.waitlist import waitlist_run_once
 from training.execution import executor_from_settings
 from training.logs import logs_collect
 from training.loop import StopRequest, run_until_stopped, scheduler_tick
 
 # Each takes `now`; Celery runs the same work as separate beat tasks.
 EMBEDDED_HOOKS = [telemetry_tick, lambda now: notifications_run_once(now=now), lambda now: logs_collect(now=now)]
+EMBEDDED_HOOKS.append(lambda now: waitlist_run_once(now=now))  # reservations/waitlist.py
 
 
 class Command(BaseCommand):
