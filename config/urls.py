@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.api_errors import api_not_found
-from config.health import healthz
+from config.health import favicon, healthz
 from gpus.metrics import metrics_view
 
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("api/v1/notifications/", include("notifications.api_urls")),
     path("metrics", metrics_view, name="metrics"),
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon),
     path("reports/", include("reports.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
