@@ -154,6 +154,14 @@ GPUBOOK_RUNNER_WORKERS = env_int("GPUBOOK_RUNNER_WORKERS", 1, minimum=0)
 GPUBOOK_K8S_NAMESPACE_TEMPLATE = env_str("GPUBOOK_K8S_NAMESPACE_TEMPLATE", "gpubook-{team}")
 GPUBOOK_K8S_DATA_PVC = env_str("GPUBOOK_K8S_DATA_PVC", "gpubook-data")
 GPUBOOK_K8S_RUNS_PVC = env_str("GPUBOOK_K8S_RUNS_PVC", "gpubook-runs")
+# Kubernetes pods, per team (training/executors/kubernetes.py): memory request = limit when a
+# job names none, the /tmp emptyDir's size limit, imagePullSecrets ("*=regcred;vision=a,b":
+# Secrets in the team's namespace, "*" for every team), and how long a pod may sit in an image
+# pull error, a config error or Unschedulable before its run fails and its slot is freed.
+GPUBOOK_K8S_DEFAULT_MEMORY = env_str("GPUBOOK_K8S_DEFAULT_MEMORY", "32Gi")
+GPUBOOK_K8S_TMP_SIZE_LIMIT = env_str("GPUBOOK_K8S_TMP_SIZE_LIMIT", "8Gi")
+GPUBOOK_K8S_IMAGE_PULL_SECRETS = env_str("GPUBOOK_K8S_IMAGE_PULL_SECRETS", "")
+GPUBOOK_K8S_STUCK_PATIENCE_SECONDS = env_int("GPUBOOK_K8S_STUCK_PATIENCE_SECONDS", 180, minimum=0)
 # The URL runners use to reach this app's run-report endpoint.
 GPUBOOK_BASE_URL = env_str("GPUBOOK_BASE_URL", "http://127.0.0.1:8000")
 
@@ -263,3 +271,29 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^api/v1/runs/\d+/report/$"]
 SECRET_KEY_MIN_LENGTH = env_int("SECRET_KEY_MIN_LENGTH", 0, minimum=0)
 if not DEBUG and len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH:
     raise ConfigError(f"SECRET_KEY has {len(SECRET_KEY)} characters; at least {SECRET_KEY_MIN_LENGTH} are required")
+# --- security and input hardening (docs/security.md) --------------------------------------
+GPUBOOK_MAX_JSON_DEPTH = env_int("GPUBOOK_MAX_JSON_DEPTH", 32, minimum=2)
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
+    "config.parsers.BoundedJSONParser",
+    "rest_framework.parsers.FormParser",
+    "rest_framework.parsers.MultiPartParser",
+]
+MIDDLEWARE.insert(1, "config.security_headers.ContentSecurityPolicyMiddleware")
+GPUBOOK_CSP_REPORT_URI = env_str("GPUBOOK_CSP_REPORT_URI", "")  # optional violation reports
+# Swagger UI from the vendored sidecar, its script served separately (no inline script).
+INSTALLED_APPS.append("drf_spectacular_sidecar")
+SPECTACULAR_SETTINGS.update({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+                             "REDOC_DIST": "SIDECAR"})
+MIDDLEWARE.insert(2, "config.input_guards.RejectNulMiddleware")
+REST_FRAMEWORK["DEFAULT_PAGINATION_CLASS"] = "config.input_guards.BoundedLimitOffsetPagination"
+# --- API docs and schema (issue 16): config/openapi.py makes the schema exact. ----------------
+SPECTACULAR_SETTINGS.update({
+    "COMPONENT_SPLIT_REQUEST": True,  # request and response shapes differ (read-only, required fields)
+    "ENUM_NAME_OVERRIDES": {
+        "ReservationStatusEnum": "reservations.models.Reservation.Status",
+        "JobStateEnum": "training.models.TrainingJob.State",
+        "RunStateEnum": "training.models.Run.State",
+        "EventTypeEnum": "notifications.models.EventType",
+    },
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.postprocess"],
+})

@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
+from config import openapi  # noqa: F401  (registers the schema extensions before any schema is built)
 from config.api_errors import api_not_found
 from config.health import favicon, healthz
 from gpus.metrics import metrics_view
@@ -20,6 +21,8 @@ urlpatterns = [
     path("favicon.ico", favicon),
     path("reports/", include("reports.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema", template_name="api_docs/redoc.html"),
+         name="api-redoc"),
     re_path(r"^api/", api_not_found),
 ]

@@ -56,6 +56,7 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     team's, and only managers hold it."""
 
     serializer_class = WebhookSerializer
+    lookup_value_regex = "[0-9]{1,18}"  # anything else is no webhook: the API's 404, not a 500
 
     def get_queryset(self):
         user = self.request.user
@@ -67,7 +68,7 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     def get_object(self):
         webhook = self.get_queryset().filter(pk=self.kwargs["pk"]).first()
         if webhook is None:
-            raise NotFound("not_found", f"No webhook #{self.kwargs['pk']}.")
+            raise NotFound("not_found", "Not found.")
         return webhook
 
     @extend_schema(request=WebhookSerializer, responses={201: WebhookSerializer})

@@ -23,6 +23,9 @@ def _viewer_tz(request: HttpRequest) -> zoneinfo.ZoneInfo:
         return zoneinfo.ZoneInfo("UTC")
 
 
+EARLIEST_DATE, LATEST_DATE = dt.date(1970, 1, 1), dt.date(9000, 12, 31)
+
+
 def _date_range(request: HttpRequest, tz: zoneinfo.ZoneInfo, *, now: dt.datetime,
                 max_days: int) -> tuple[dt.datetime, dt.datetime, list[str]]:
     """`from` and `to` are dates (YYYY-MM-DD) in the viewer's zone, `to` inclusive."""
@@ -34,10 +37,14 @@ def _date_range(request: HttpRequest, tz: zoneinfo.ZoneInfo, *, now: dt.datetime
         if not raw:
             return default
         try:
-            return dt.date.fromisoformat(raw)
+            value = dt.date.fromisoformat(raw)
         except ValueError:
-            problems.append(f"“{raw}” is not a date (YYYY-MM-DD); showing the default.")
+            problems.append(f"“{raw[:40]}” is not a date (YYYY-MM-DD); showing the default.")
             return default
+        if not EARLIEST_DATE <= value <= LATEST_DATE:  # date arithmetic past year 9999 overflows
+            problems.append(f"Dates run from {EARLIEST_DATE} to {LATEST_DATE}; showing the default.")
+            return default
+        return value
 
     last = parse("to", today)
     first = parse("from", last - dt.timedelta(days=DEFAULT_DAYS - 1))

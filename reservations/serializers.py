@@ -109,6 +109,9 @@ class TeamSerializer(serializers.ModelSerializer):
             "max_days_ahead", "requires_approval", "usage",
         ]
         read_only_fields = ["id", "name", "slug", "role", "usage"]
+        # Bounds that keep the booking rules' date arithmetic inside year 9999.
+        extra_kwargs = {"max_days_ahead": {"max_value": 36500}, "max_booking_hours": {"max_value": 24 * 36500},
+                        "min_notice_minutes": {"max_value": 60 * 24 * 3650}}
 
     def get_role(self, team: Team) -> str | None:
         return self.context["roles"].get(team.pk, "admin" if self.context["is_admin"] else None)

@@ -12,8 +12,11 @@ from django.db import transaction
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from gpus.models import Gpu
 from reservations.models import Membership, Reservation, Team
+from training import seed_style
 from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
+from training.run_state import run_request_stop
+from training.safe_yaml import clip_message
 
 
 def data_roots_for(team: Team) -> list[str]:
@@ -47,13 +50,14 @@ def job_spec_from_text(*, text: str) -> Any:
     try:
         return load_document(text)
     except JobSpecError as error:
-        raise DomainError("invalid_spec", str(error)) from error
+        raise DomainError("invalid_spec", clip_message(str(error))) from error
 
 
 def job_submit(
     *, user: AbstractBaseUser, document: Any, now: dt.datetime, reservation_id: int | None = None
 ) -> TrainingJob:
     """Validate a job spec and queue it, or attach it to one of the team's reservations."""
+    document = seed_style.normalize_submitted(document)
     team_slug = document.get("team") if isinstance(document, Mapping) else None
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
@@ -66,9 +70,12 @@ def job_submit(
             document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=_largest_node_gpu_count()
         )
     except JobSpecError as error:
+        # Problems may quote what was sent: each quote is clipped so an answer stays small.
+        problems = [(clip_message(str(field), total=120), clip_message(problem)) for field, problem in error.problems]
         raise DomainError(
-            "invalid_spec", f"The job spec has {len(error.problems)} problem(s): {error}",
-            problems=[{"field": field, "problem": problem} for field, problem in error.problems],
+            "invalid_spec",
+            f"The job spec has {len(problems)} problem(s): " + "; ".join(f"{f}: {p}" for f, p in problems[:20]),
+            problems=[{"field": field, "problem": problem} for field, problem in problems[:100]],
         ) from error
     reservation = None
     if reservation_id is not None:
@@ -76,11 +83,25 @@ def job_submit(
         if reservation is None:
             raise NotFound("not_found", f"No reservation #{reservation_id}.")
         _check_attachable(reservation=reservation, team=team, gpus=spec.gpus, now=now)
+    epochs_total = None
+    if spec.yolo is not None:
+        from training import advice  # the image's defaults and the TensorRT rule (issue #17)
+
+        if "engine" in spec.yolo.export:
+            refusal = advice.engine_refusal(reservation=reservation)
+            if refusal:
+                raise DomainError(
+                    "engine_needs_nvidia", refusal, problems=[{"field": "yolo.export", "problem": refusal}]
+                )
+        epochs_total = advice.yolo_advice(
+            yolo=document["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
+        )[0].epochs
     return TrainingJob.objects.create(
         team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),
+        parsed_spec=spec.as_dict(),
         argv=list(spec.command), gpus_needed=spec.gpus, priority=spec.priority, timeout_s=spec.timeout_s,
         estimated_duration_s=spec.estimated_duration_s, checkpointable=spec.checkpointable,
-        reservation=reservation, epochs_total=spec.yolo.epochs if spec.yolo else None, submitted_at=now,
+        reservation=reservation, epochs_total=epochs_total, submitted_at=now,
     )
 
 
@@ -110,9 +131,8 @@ def job_cancel(*, job_id: int, actor: AbstractBaseUser, now: dt.datetime) -> Tra
         if not changed:
             raise Conflict("already_finished", "This job has already finished.")
         grace = dt.timedelta(seconds=settings.GPUBOOK_STOP_GRACE_SECONDS)
-        Run.objects.filter(job_id=job.pk, state__in=(Run.State.STARTING, Run.State.RUNNING)).update(
-            state=Run.State.STOPPING, stop_requested_at=now, kill_at=now + grace, reason=reason
-        )
+        for run_id in Run.objects.filter(job_id=job.pk, state__in=Run.LIVE).values_list("pk", flat=True):
+            run_request_stop(run_id=run_id, now=now, kill_at=now + grace, reason=reason)
     job.refresh_from_db()
     return job
 
@@ -146,7 +166,10 @@ def run_report_record(*, run_id: int, token: str, body: Mapping[str, Any], now: 
     another run's token, or a finished run's, is refused."""
     run = Run.objects.select_related("job").filter(pk=run_id).first()
     if run is None or not run.report_token_hash or not hmac.compare_digest(run.report_token_hash, hash_token(token)):
-        raise NotPermitted("invalid_run_token", "This token does not belong to this run.")
+        # The same answer as a run that does not exist: a token guess learns nothing.
+        raise NotFound("not_found", "Not found.")
+    if run.ended_at is not None:
+        raise Conflict("run_ended", "This run has ended; its report token no longer writes.")
     event = body.get("event")
     if event not in PROGRESS_EVENTS:
         raise DomainError("invalid_report", f"Unknown event {event!r}.")

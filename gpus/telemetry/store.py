@@ -77,6 +77,10 @@ def _clean_number(name: str, value):
         raise BadBucket(f"`{name}` must not be negative")
     if name in _RATIO_FIELDS and value > 1:
         raise BadBucket(f"`{name}` is a ratio between 0 and 1")
+    # Past the column's range PostgreSQL refuses the row (a 500); refuse the bucket instead.
+    limit = 2**31 - 1 if name == "sample_count" else 2**63 - 1
+    if name in _INTEGER_FIELDS and value > limit:
+        raise BadBucket(f"`{name}` must be at most {limit}")
     return int(value) if name in _INTEGER_FIELDS else float(value)
 
 

@@ -1,6 +1,7 @@
 """Browser tests: Debian's Chromium driven by Playwright against pytest-django's live_server
 (see ../shared/recipes/browser-tests.md). Run on their own with `pytest -m e2e tests/e2e`."""
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -43,10 +44,40 @@ def screenshots() -> pathlib.Path:
     return SCREENSHOTS
 
 
+# Playwright's init scripts run outside the page's Content-Security-Policy, so this listener
+# sees every violation the policy reports, including those of scripts it blocked.
+CSP_LISTENER = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", function (event) {
+  window.__cspViolations.push(event.violatedDirective + " " + event.blockedURI);
+});
+"""
+
+
+def watch_csp(context, violations: list[str]) -> None:
+    """Record CSP violations of every page of `context`: console messages and DOM events."""
+    context.add_init_script(CSP_LISTENER)
+
+    def on_page(page):
+        page.on("console", lambda message: "Content Security Policy" in message.text
+                and violations.append(message.text))
+    context.on("page", on_page)
+
+
 @pytest.fixture
-def open_page(browser, live_server):
+def csp_violations():
+    """Every test that opens pages ends by checking that none of them broke the CSP."""
+    violations: list[str] = []
+    yield violations
+    if violations:
+        pytest.fail(f"Content-Security-Policy violations: {violations}")
+
+
+@pytest.fixture
+def open_page(browser, live_server, csp_violations):
     """A logged-in page for a persona, through the real login form. The browser runs in
-    New York while the user's profile says Berlin: pages must follow the profile."""
+    New York while the user's profile says Berlin: pages must follow the profile.
+    Content-Security-Policy violations on any page fail the test (csp_violations)."""
     contexts = []
 
     def make(username: str, *, javascript: bool = True):
@@ -54,6 +85,7 @@ def open_page(browser, live_server):
             viewport=LAPTOP, timezone_id="America/New_York", locale="en-GB", java_script_enabled=javascript
         )
         contexts.append(context)
+        watch_csp(context, csp_violations)
         page = context.new_page()
         page.set_default_timeout(10_000)
         page.goto(f"{live_server.url}/calendar/")
@@ -66,4 +98,8 @@ def open_page(browser, live_server):
 
     yield make
     for context in contexts:
+        for page in context.pages:
+            # A page closed mid-navigation has nothing more to add.
+            with contextlib.suppress(Exception):
+                csp_violations.extend(page.evaluate("window.__cspViolations || []"))
         context.close()

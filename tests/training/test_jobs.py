@@ -180,8 +180,9 @@ class TestRunReports:
         other = Run.objects.create(job=run.job, kind="backfill", node=inventory["node_a"], gpu_ids=[], gpu_indices=[],
                                    created_at=timezone.now(), must_end_by=timezone.now(), state=Run.State.FAILED)
         response = self.report(other.pk, token, {"event": "epoch", "epoch": 1})
-        assert response.status_code == 403 and response.json()["code"] == "invalid_run_token"
-        assert self.report(run.pk, "guess", {"event": "epoch"}).status_code == 403
+        assert response.status_code == 404 and response.json()["code"] == "not_found"
+        assert self.report(run.pk, "guess", {"event": "epoch"}).status_code == 404
+        assert self.report(2**31 + 5, "guess", {"event": "epoch"}).json() == response.json()
         assert APIClient().post(f"/api/v1/runs/{run.pk}/report/", {}, format="json").status_code == 403
 
     @pytest.mark.parametrize("body", [{"event": "nonsense"}, {"event": "epoch", "epoch": -1},

@@ -93,7 +93,7 @@ def test_cancel_needs_csrf_and_permission(people, inventory):
 def test_run_detail_carries_the_curves(people, finished):
     client = logged_in(people["owner"])
     page = client.get(f"/runs/{finished.pk}/").content.decode()
-    raw = page.split('<script type="application/json" id="run-series">')[1].split("</script>")[0]
+    raw = page.split('<script id="run-series" type="application/json">')[1].split("</script>")[0]
     series = json.loads(raw)
     assert series["epochs"] == [1, 2, 3] and series["box_loss"] == [3.0, 2.0, 1.5]
     assert series["mAP50"] == [0.1, 0.3, 0.42]

@@ -85,3 +85,39 @@ def _draw(rng, size: int):
             draw.polygon([(x0 + w / 2, y0), (x0, y0 + h - 1), (x0 + w - 1, y0 + h - 1)], fill=colour)
         lines.append(f"{cls} {(x0 + w / 2) / size:.6f} {(y0 + h / 2) / size:.6f} {w / size:.6f} {h / size:.6f}")
     return image, lines
+
+
+class UnsafeDataYaml(ValueError):
+    """A data YAML asks for something the runner never does (a download, a script)."""
+
+
+# Ultralytics `exec`s a data YAML's `download:` entry when the validation split is missing,
+# and YOLO_OFFLINE does not stop it: a dataset file would be code. Refused before training.
+_REFUSED_KEYS = ("download",)
+_MAX_DATA_YAML_BYTES = 1024 * 1024
+
+
+def check_data_yaml(path: Path) -> None:
+    """Raise UnsafeDataYaml if the data YAML at `path` has a `download:` key (at top level,
+    where Ultralytics reads it). A missing or unreadable file is left to Ultralytics' own
+    message; only a parsed mapping is checked."""
+    import yaml  # comes with Ultralytics; imported late like numpy above
+
+    path = Path(path)
+    if not path.is_file() or path.suffix not in (".yaml", ".yml"):
+        return
+    if path.stat().st_size > _MAX_DATA_YAML_BYTES:
+        raise UnsafeDataYaml(f"data YAML {path} is larger than {_MAX_DATA_YAML_BYTES // 1024} KiB")
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError:
+        return  # Ultralytics reports the syntax error in its own words
+    except RecursionError as error:
+        raise UnsafeDataYaml(f"data YAML {path} is nested too deeply") from error
+    if isinstance(document, dict):
+        for key in _REFUSED_KEYS:
+            if key in document:
+                raise UnsafeDataYaml(
+                    f"data YAML {path} has a '{key}:' entry; the runner never downloads or runs "
+                    "dataset scripts — remove it and mount the dataset instead"
+                )
