@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from config import openapi  # noqa: F401  (registers the schema extensions before any schema is built)
 from config.api_errors import api_not_found
-from config.health import healthz
+from config.health import favicon, healthz
 from gpus.metrics import metrics_view
 
 urlpatterns = [
@@ -18,6 +18,7 @@ urlpatterns = [
     path("api/v1/notifications/", include("notifications.api_urls")),
     path("metrics", metrics_view, name="metrics"),
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon),
     path("reports/", include("reports.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
