@@ -38,6 +38,17 @@ class ErrorCode(StrEnum):
     NOT_CHANGEABLE = "not_changeable"
     NOT_RELEASABLE = "not_releasable"
     NOT_PENDING = "not_pending"
+    # approvals, recurring bookings, the waitlist
+    REASON_REQUIRED = "reason_required"
+    REASON_TOO_LONG = "reason_too_long"
+    INVALID_RULE = "invalid_rule"
+    ENDLESS_RULE = "endless_rule"
+    EMPTY_RULE = "empty_rule"
+    TOO_MANY_OCCURRENCES = "too_many_occurrences"
+    INVALID_GPUS = "invalid_gpus"
+    INVALID_MODE = "invalid_mode"
+    SLOT_FREE = "slot_free"
+    TOO_MANY_WAITING = "too_many_waiting"
     # training jobs and runs
     INVALID_SPEC = "invalid_spec"
     TOO_MANY_GPUS = "too_many_gpus"
@@ -114,6 +125,16 @@ ERROR_CODE_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.NOT_CHANGEABLE: "Only upcoming or active bookings can be changed.",
     ErrorCode.NOT_RELEASABLE: "Only upcoming or active bookings can be released.",
     ErrorCode.NOT_PENDING: "The booking is not waiting for approval.",
+    ErrorCode.REASON_REQUIRED: "A rejection needs a reason for the booker.",
+    ErrorCode.REASON_TOO_LONG: "The rejection reason is too long.",
+    ErrorCode.INVALID_RULE: "Not a valid RFC 5545 RRULE.",
+    ErrorCode.ENDLESS_RULE: "A recurrence rule needs UNTIL or COUNT.",
+    ErrorCode.EMPTY_RULE: "The recurrence rule gives no date at or after the first start.",
+    ErrorCode.TOO_MANY_OCCURRENCES: "A series has too many occurrences.",
+    ErrorCode.INVALID_GPUS: "The GPUs do not exist or are not on one node.",
+    ErrorCode.INVALID_MODE: "Not a waitlist mode (notify or book).",
+    ErrorCode.SLOT_FREE: "The slot is free: book it instead of waiting.",
+    ErrorCode.TOO_MANY_WAITING: "You wait for too many slots already.",
     ErrorCode.INVALID_SPEC: "The job spec is invalid (the detail says where).",
     ErrorCode.TOO_MANY_GPUS: "The job wants more GPUs than its booking or any node has.",
     ErrorCode.INVALID_REPORT: "A runner's progress report is malformed.",

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from config.errors import Conflict, DomainError, ErrorCode, NotFound, NotPermitted
 from notifications import services as notices
 from reservations import selectors, services
 from reservations.models import AuditEntry, Membership, Reservation, ReservationGpu
@@ -38,18 +38,18 @@ def reservation_reject(*, reservation_id: int, actor: AbstractBaseUser, reason: 
     """Turn down a booking that waits for approval. A reason is required: the booker reads it."""
     reason = " ".join((reason or "").split())
     if not reason:
-        raise DomainError("reason_required", "Say why the booking is rejected; the booker will read it.")
+        raise DomainError(ErrorCode.REASON_REQUIRED, "Say why the booking is rejected; the booker will read it.")
     if len(reason) > REASON_MAX:
-        raise DomainError("reason_too_long", f"Keep the reason under {REASON_MAX} characters.")
+        raise DomainError(ErrorCode.REASON_TOO_LONG, f"Keep the reason under {REASON_MAX} characters.")
     reservation = selectors.reservations_visible_to(user=actor).filter(pk=reservation_id).first()
     if reservation is None:
-        raise NotFound("not_found", f"No reservation #{reservation_id}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation_id}.")
     if not selectors.user_can_manage_team(user=actor, team_id=reservation.team_id):
-        raise NotPermitted("not_permitted", "Only a team manager or an admin may reject bookings.")
+        raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only a team manager or an admin may reject bookings.")
     with transaction.atomic():
         locked = Reservation.objects.select_for_update().select_related("team", "user", "node").get(pk=reservation_id)
         if locked.status != Reservation.Status.PENDING:
-            raise Conflict("not_pending", "This booking is not waiting for approval.")
+            raise Conflict(ErrorCode.NOT_PENDING, "This booking is not waiting for approval.")
         before = {"status": locked.status}
         locked.status = Reservation.Status.CANCELLED
         locked.release_reason = f"rejected: {reason}"[:200]

@@ -22,7 +22,7 @@ from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from config.errors import DomainError, NotFound, NotPermitted
+from config.errors import DomainError, ErrorCode, NotFound, NotPermitted
 from gpus.models import Gpu
 from reservations import selectors, services
 from reservations.api import path_id
@@ -46,22 +46,24 @@ def occurrences(*, rule: str, first_start: dt.datetime, zone: zoneinfo.ZoneInfo)
     take the offset before the gap, as zoneinfo does (fold=0)."""
     text = rule.strip().removeprefix("RRULE:")
     if not text or "\n" in text:
-        raise DomainError("invalid_rule", "Give one RRULE, e.g. FREQ=WEEKLY;BYDAY=TU;UNTIL=20270331T235959Z.")
+        raise DomainError(ErrorCode.INVALID_RULE, "Give one RRULE, e.g. FREQ=WEEKLY;BYDAY=TU;UNTIL=20270331T235959Z.")
     upper = text.upper()
     if "UNTIL=" not in upper and "COUNT=" not in upper:
-        raise DomainError("endless_rule", "The rule needs an end: add UNTIL=… or COUNT=….")
+        raise DomainError(ErrorCode.ENDLESS_RULE, "The rule needs an end: add UNTIL=… or COUNT=….")
     local_start = first_start.astimezone(zone).replace(tzinfo=None)
     starts = []
     try:
         # With a naive (wall-clock) start, dateutil wants UNTIL in wall time too.
         for index, local in enumerate(rrulestr(_until_to_local(text, zone), dtstart=local_start)):
             if index >= MAX_OCCURRENCES:
-                raise DomainError("too_many_occurrences", f"A series has at most {MAX_OCCURRENCES} occurrences.")
+                raise DomainError(
+                    ErrorCode.TOO_MANY_OCCURRENCES, f"A series has at most {MAX_OCCURRENCES} occurrences."
+                )
             starts.append(local.replace(tzinfo=zone).astimezone(dt.UTC))
     except (ValueError, TypeError) as error:
-        raise DomainError("invalid_rule", f"Not a valid RRULE: {error}.") from None
+        raise DomainError(ErrorCode.INVALID_RULE, f"Not a valid RRULE: {error}.") from None
     if not starts:
-        raise DomainError("empty_rule", "The rule gives no date at or after the first start.")
+        raise DomainError(ErrorCode.EMPTY_RULE, "The rule gives no date at or after the first start.")
     return starts
 
 
@@ -83,15 +85,15 @@ def series_create(
 ) -> SeriesReport:
     """Book every occurrence of `rule` (the first at [start, end)); report the ones refused."""
     if end <= start:
-        raise DomainError("invalid_range", "The end must be after the start.")
+        raise DomainError(ErrorCode.INVALID_RANGE, "The end must be after the start.")
     try:
         zone = zoneinfo.ZoneInfo(time_zone) if time_zone else team.tzinfo
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise DomainError("invalid_time_zone", f"Unknown time zone {time_zone!r}.") from None
+        raise DomainError(ErrorCode.UNKNOWN_TIME_ZONE, f"Unknown time zone {time_zone!r}.") from None
     starts = occurrences(rule=rule, first_start=start, zone=zone)
     gpus = list(Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True).distinct())
     if len(gpus) != 1:
-        raise DomainError("invalid_gpus", "Choose GPUs of one node.")
+        raise DomainError(ErrorCode.INVALID_GPUS, "Choose GPUs of one node.")
     # Each occurrence keeps the first one's wall-clock length, so 18:00–22:00 stays 4 hours.
     local_start, local_end = start.astimezone(zone), end.astimezone(zone)
     wall_length = local_end.replace(tzinfo=None) - local_start.replace(tzinfo=None)
@@ -136,7 +138,7 @@ def _series_for(*, series_id: int, actor: AbstractBaseUser) -> ReservationSeries
         actor.is_superuser or series.user_id == actor.pk or selectors.teams_visible_to(user=actor).filter(
             pk=series.team_id).exists()
     ):
-        raise NotFound("not_found", f"No series #{series_id}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No series #{series_id}.")
     return series
 
 
@@ -154,7 +156,9 @@ def series_cancel(
     series = _series_for(series_id=series_id, actor=actor)
     if not (actor.is_superuser or series.user_id == actor.pk
             or selectors.user_can_manage_team(user=actor, team_id=series.team_id)):
-        raise NotPermitted("not_permitted", "Only the booker, a team manager or an admin may cancel this series.")
+        raise NotPermitted(
+            ErrorCode.NOT_PERMITTED, "Only the booker, a team manager or an admin may cancel this series."
+        )
     upcoming = Reservation.objects.filter(
         series_occurrence__series=series, status__in=(Reservation.Status.PENDING, Reservation.Status.CONFIRMED),
         start__gt=now,
@@ -253,7 +257,7 @@ class SeriesViewSet(viewsets.ViewSet):
         values = data.validated_data
         team = Team.objects.filter(pk=values["team"]).first()
         if team is None:
-            raise DomainError("unknown_team", f"No team with id {values['team']}.")
+            raise DomainError(ErrorCode.UNKNOWN_TEAM, f"No team with id {values['team']}.")
         report = series_create(
             user=request.user, team=team, gpu_ids=values["gpus"], start=values["start"], end=values["end"],
             rule=values["rrule"], note=values["note"], time_zone=values.get("time_zone"), now=timezone.now(),

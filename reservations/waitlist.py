@@ -15,7 +15,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from config.errors import Conflict, DomainError, NotFound
+from config.errors import Conflict, DomainError, ErrorCode, NotFound
 from gpus.models import Gpu
 from notifications import links
 from notifications.models import EventType
@@ -38,21 +38,21 @@ def waitlist_join(
 ) -> WaitlistEntry:
     """Wait for a slot that is taken now. A free slot is refused: book it instead."""
     if mode not in WaitlistEntry.Mode.values:
-        raise DomainError("invalid_mode", f"`mode` is one of {', '.join(WaitlistEntry.Mode.values)}.")
+        raise DomainError(ErrorCode.INVALID_MODE, f"`mode` is one of {', '.join(WaitlistEntry.Mode.values)}.")
     if end <= start or start <= now:
-        raise DomainError("invalid_range", "Wait only for a future slot whose end is after its start.")
+        raise DomainError(ErrorCode.INVALID_RANGE, "Wait only for a future slot whose end is after its start.")
     if not user.is_superuser and not Membership.objects.filter(user=user, team=team).exists():
-        raise NotFound("unknown_team", f"No team with id {team.pk}.")
+        raise NotFound(ErrorCode.UNKNOWN_TEAM, f"No team with id {team.pk}.")
     ids = sorted(set(gpu_ids))
     nodes = set(Gpu.objects.filter(pk__in=ids).values_list("node_id", flat=True))
     if len(nodes) != 1 or Gpu.objects.filter(pk__in=ids).count() != len(ids):
-        raise DomainError("invalid_gpus", "Choose existing GPUs of one node.")
+        raise DomainError(ErrorCode.INVALID_GPUS, "Choose existing GPUs of one node.")
     entry = WaitlistEntry(user=user, team=team, gpu_ids=ids, start=start, end=end, mode=mode, note=note,
                           created_at=now)
     if _slot_is_free(entry):
-        raise Conflict("slot_free", "That slot is free now: book it instead of waiting.")
+        raise Conflict(ErrorCode.SLOT_FREE, "That slot is free now: book it instead of waiting.")
     if WaitlistEntry.objects.filter(user=user, state=WaitlistEntry.State.WAITING).count() >= MAX_WAITING_PER_USER:
-        raise Conflict("too_many_waiting", f"You already wait for {MAX_WAITING_PER_USER} slots.")
+        raise Conflict(ErrorCode.TOO_MANY_WAITING, f"You already wait for {MAX_WAITING_PER_USER} slots.")
     entry.save()
     return entry
 
@@ -60,7 +60,7 @@ def waitlist_join(
 def waitlist_leave(*, entry_id: int, actor: AbstractBaseUser, now: dt.datetime) -> WaitlistEntry:
     entry = WaitlistEntry.objects.filter(pk=entry_id, user=actor).first()
     if entry is None:
-        raise NotFound("not_found", f"No waitlist entry #{entry_id}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No waitlist entry #{entry_id}.")
     WaitlistEntry.objects.filter(pk=entry.pk, state=WaitlistEntry.State.WAITING).update(
         state=WaitlistEntry.State.CANCELLED, decided_at=now
     )
@@ -159,7 +159,7 @@ class WaitlistViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         values = data.validated_data
         team = Team.objects.filter(pk=values["team"]).first()
         if team is None:
-            raise NotFound("unknown_team", f"No team with id {values['team']}.")
+            raise NotFound(ErrorCode.UNKNOWN_TEAM, f"No team with id {values['team']}.")
         entry = waitlist_join(user=request.user, team=team, gpu_ids=values["gpus"], start=values["start"],
                               end=values["end"], mode=values["mode"], note=values["note"], now=timezone.now())
         return Response(WaitlistEntrySerializer(entry).data, status=status.HTTP_201_CREATED)
