@@ -73,8 +73,9 @@ def load(text: str | bytes) -> Any:
         raise UnsafeYamlError(f"larger than {MAX_BYTES // 1024} KiB")
     if "\x00" in text:
         raise UnsafeYamlError("contains a NUL character")
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # the reader refuses control characters already here
         return loader.get_single_data()
     except UnsafeYamlError:
         raise
@@ -83,4 +84,5 @@ def load(text: str | bytes) -> Any:
     except RecursionError as error:  # belt and braces: the depth cap should stop this first
         raise UnsafeYamlError(f"nested deeper than {MAX_DEPTH} levels") from error
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
