@@ -233,3 +233,28 @@ SPECTACULAR_SETTINGS.update({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_H
                              "REDOC_DIST": "SIDECAR"})
 MIDDLEWARE.insert(2, "config.input_guards.RejectNulMiddleware")
 REST_FRAMEWORK["DEFAULT_PAGINATION_CLASS"] = "config.input_guards.BoundedLimitOffsetPagination"
+
+# Log-in guessing (config/login_guard.py): failures per address and per username in a window.
+GPUBOOK_NUM_PROXIES = env_int("GPUBOOK_NUM_PROXIES", 0, minimum=0)  # trusted proxies in front
+REST_FRAMEWORK["NUM_PROXIES"] = GPUBOOK_NUM_PROXIES  # DRF's throttles read the same address
+GPUBOOK_LOGIN_MAX_FAILURES_PER_USERNAME = env_int("GPUBOOK_LOGIN_MAX_FAILURES_PER_USERNAME", 10, minimum=1)
+GPUBOOK_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("GPUBOOK_LOGIN_MAX_FAILURES_PER_ADDRESS", 50, minimum=1)
+GPUBOOK_LOGIN_LOCKOUT_SECONDS = env_int("GPUBOOK_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+if REDIS_URL:  # one cache for every worker: throttle and lockout counts are shared
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "gpubook"}}
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# API tokens of our own (accounts/): stored hashed, listed and revoked by their owner, dead
+# after GPUBOOK_API_TOKEN_DAYS (0: never) and on a password change.
+INSTALLED_APPS.append("accounts")
+GPUBOOK_API_TOKEN_DAYS = env_int("GPUBOOK_API_TOKEN_DAYS", 90, minimum=0)
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
+    "accounts.authentication.ApiTokenAuthentication",
+    "rest_framework.authentication.SessionAuthentication",
+]

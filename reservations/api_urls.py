@@ -9,7 +9,6 @@ router.register("reservations", api.ReservationViewSet, basename="reservation")
 router.register("teams", api.TeamViewSet, basename="team")
 
 urlpatterns = [
-    path("auth/token/", api.TokenView.as_view(), name="api-token"),
     path("nodes/<int:pk>/availability/", api.NodeAvailabilityView.as_view(), name="node-availability"),
     *router.urls,
 ]

@@ -4,11 +4,11 @@ it), against every persona, and the admin's team scoping for staff managers."""
 import pytest
 from django.test import Client
 from django.urls import include, path
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from config.urls import urlpatterns as site_urls
 from notifications.models import NotificationPreference, Webhook
+from tests.security.tokens import token_for
 
 urlpatterns = [path("api/v1/notifications/", include("notifications.api_urls")), *site_urls]
 
@@ -17,8 +17,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.notifications.test_
 
 def client_for(user) -> APIClient:
     client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 

@@ -2,6 +2,8 @@
 
 
 def token_for(user) -> str:
-    from rest_framework.authtoken.models import Token
+    from django.utils import timezone
 
-    return Token.objects.get_or_create(user=user)[0].key
+    from accounts.services import api_token_issue
+
+    return api_token_issue(user=user, now=timezone.now())[1]

@@ -8,10 +8,10 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from reservations.services import reservation_create
+from tests.security.tokens import token_for
 from training.jobspec import JobSpecError, parse_job_spec
 from training.models import Run, RunMetric, TrainingJob
 
@@ -74,7 +74,7 @@ class TestJobSpec:
 
 def client_for(user):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 
