@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/gpubook
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-training.txt | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-training.txt cli/pyproject.toml | sha1sum | cut -c1-12)
 # Tests that need only a database run a second time on SQLite (the embedded default).
 SQLITE_SELECTION := -m "not postgres and not redis and not training and not e2e"
 
@@ -12,10 +12,11 @@ SQLITE_SELECTION := -m "not postgres and not redis and not training and not e2e"
 
 install: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-training.txt
+$(STAMP): requirements.txt requirements-dev.txt requirements-training.txt cli/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-training.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e ./cli  # the `gpubook` CLI
 	rm -f $(VENV)/.installed-* && touch $@
 
 # The embedded default: SQLite, the scheduler loop in a second process, the local executor.
@@ -58,7 +59,8 @@ test-sqlite: install
 bench: install
 	$(BIN)/python benchmarks/run_all.py
 
-# Trainer images (deploy/images): needs a Docker engine; says SKIPPED where there is none.
+# The app image and the trainer images (deploy/images): needs a Docker engine; says SKIPPED
+# where there is none.
 images:
 	bash deploy/images/build.sh
 

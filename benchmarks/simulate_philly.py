@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler import simulate  # noqa: E402
+from scheduler.sim import cli as simulate  # noqa: E402
+from scheduler.sim.report import format_report  # noqa: E402
 
 TRACE = (ROOT.parent / "shared" / "traces" / "philly.csv").resolve()
 SPEED_GPUS = 1024
@@ -31,7 +32,7 @@ QUALITY_GPUS = 1088
 
 
 def run(argv: list[str]) -> dict:
-    print("$ .venv/bin/python -m scheduler.simulate " + " ".join(argv), flush=True)
+    print("$ .venv/bin/python -m scheduler.sim " + " ".join(argv), flush=True)
     return simulate.simulate(simulate.build_parser().parse_args(argv))
 
 
@@ -56,7 +57,7 @@ def quality() -> None:
             "--policy", "fifo,reservations-only,gpubook", "--seed", "1",
         ]
     )
-    print(simulate.format_report(report))
+    print(format_report(report))
     fifo = report["policies"]["fifo"]
     gpubook = report["policies"]["gpubook"]
     checks = [

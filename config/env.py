@@ -97,3 +97,16 @@ def database_from_url(url: str, *, base_dir: str) -> dict:
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     raise ConfigError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres, sqlite)")
+
+
+def env_header_pair(name: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto: https` → ("HTTP_X_FORWARDED_PROTO", "https"), the form Django's
+    SECURE_PROXY_SSL_HEADER wants; unset or empty → None."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = raw.partition(":")
+    header, value = header.strip(), value.strip()
+    if not sep or not header or not value or not all(c.isalnum() or c == "-" for c in header):
+        raise ConfigError(f"{name}={raw!r} must look like 'X-Forwarded-Proto: https'")
+    return "HTTP_" + header.upper().replace("-", "_"), value

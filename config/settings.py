@@ -13,6 +13,7 @@ from config.env import (
     env_bool,
     env_choice,
     env_float,
+    env_header_pair,
     env_int,
     env_list,
     env_str,
@@ -153,6 +154,14 @@ GPUBOOK_RUNNER_WORKERS = env_int("GPUBOOK_RUNNER_WORKERS", 1, minimum=0)
 GPUBOOK_K8S_NAMESPACE_TEMPLATE = env_str("GPUBOOK_K8S_NAMESPACE_TEMPLATE", "gpubook-{team}")
 GPUBOOK_K8S_DATA_PVC = env_str("GPUBOOK_K8S_DATA_PVC", "gpubook-data")
 GPUBOOK_K8S_RUNS_PVC = env_str("GPUBOOK_K8S_RUNS_PVC", "gpubook-runs")
+# Kubernetes pods, per team (training/executors/kubernetes.py): memory request = limit when a
+# job names none, the /tmp emptyDir's size limit, imagePullSecrets ("*=regcred;vision=a,b":
+# Secrets in the team's namespace, "*" for every team), and how long a pod may sit in an image
+# pull error, a config error or Unschedulable before its run fails and its slot is freed.
+GPUBOOK_K8S_DEFAULT_MEMORY = env_str("GPUBOOK_K8S_DEFAULT_MEMORY", "32Gi")
+GPUBOOK_K8S_TMP_SIZE_LIMIT = env_str("GPUBOOK_K8S_TMP_SIZE_LIMIT", "8Gi")
+GPUBOOK_K8S_IMAGE_PULL_SECRETS = env_str("GPUBOOK_K8S_IMAGE_PULL_SECRETS", "")
+GPUBOOK_K8S_STUCK_PATIENCE_SECONDS = env_int("GPUBOOK_K8S_STUCK_PATIENCE_SECONDS", 180, minimum=0)
 # The URL runners use to reach this app's run-report endpoint.
 GPUBOOK_BASE_URL = env_str("GPUBOOK_BASE_URL", "http://127.0.0.1:8000")
 
@@ -218,6 +227,50 @@ LOGGING = {
     "loggers": {"django.request": {"level": "ERROR"}},
 }
 
+# --- production path (deploy/, README "Running it for real") --------------------------------
+# Static files are served by the app itself (WhiteNoise), so the calendar works under gunicorn
+# with DEBUG=false behind any proxy. Hashed, pre-compressed files from `collectstatic` (run at
+# image build) get a far-future immutable Cache-Control; the manifest storage needs that
+# collectstatic, so GPUBOOK_STATIC_MANIFEST=false serves plain names (tests, make run).
+GPUBOOK_STATIC_MANIFEST = env_bool("GPUBOOK_STATIC_MANIFEST", not DEBUG)
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(STATIC_ROOT)))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing one
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if GPUBOOK_STATIC_MANIFEST
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+WHITENOISE_MAX_AGE = env_int("WHITENOISE_MAX_AGE", 0 if DEBUG else 3600, minimum=0)  # unhashed names only
+# Outermost: GZip (the events feed is ~0.5 MiB of JSON for a busy week; Django pads
+# compressed bodies against BREACH). Then ConditionalGet: an ETag on every full response and a
+# 304 for a repeated request. WhiteNoise sits right after SecurityMiddleware, as it asks.
+MIDDLEWARE = [
+    "django.middleware.gzip.GZipMiddleware",
+    "django.middleware.http.ConditionalGetMiddleware",
+    MIDDLEWARE[0],
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    *MIDDLEWARE[1:],
+]
+assert MIDDLEWARE[2] == "django.middleware.security.SecurityMiddleware"
+
+# HTTPS, all off unless set: the documented production environment (README, deploy/) sets them.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Behind a TLS-terminating proxy: "X-Forwarded-Proto: https" (only if the proxy always sets it).
+SECURE_PROXY_SSL_HEADER = env_header_pair("SECURE_PROXY_SSL_HEADER")
+# Plain HTTP stays allowed inside the cluster/compose network for the health probe and for
+# training runs reporting to GPUBOOK_BASE_URL (token-authenticated, never a browser).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^api/v1/runs/\d+/report/$"]
+# Django wants at least 50 characters with 5 distinct ones (check --deploy, W009). The app
+# image sets 50; scripts and tests that run with DEBUG=false and a short key leave it at 0.
+SECRET_KEY_MIN_LENGTH = env_int("SECRET_KEY_MIN_LENGTH", 0, minimum=0)
+if not DEBUG and len(SECRET_KEY) < SECRET_KEY_MIN_LENGTH:
+    raise ConfigError(f"SECRET_KEY has {len(SECRET_KEY)} characters; at least {SECRET_KEY_MIN_LENGTH} are required")
 # --- security and input hardening (docs/security.md) --------------------------------------
 GPUBOOK_MAX_JSON_DEPTH = env_int("GPUBOOK_MAX_JSON_DEPTH", 32, minimum=2)
 REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
@@ -258,3 +311,15 @@ REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
     "accounts.authentication.ApiTokenAuthentication",
     "rest_framework.authentication.SessionAuthentication",
 ]
+
+# --- API docs and schema (issue 16): config/openapi.py makes the schema exact. ----------------
+SPECTACULAR_SETTINGS.update({
+    "COMPONENT_SPLIT_REQUEST": True,  # request and response shapes differ (read-only, required fields)
+    "ENUM_NAME_OVERRIDES": {
+        "ReservationStatusEnum": "reservations.models.Reservation.Status",
+        "JobStateEnum": "training.models.TrainingJob.State",
+        "RunStateEnum": "training.models.Run.State",
+        "EventTypeEnum": "notifications.models.EventType",
+    },
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.postprocess"],
+})

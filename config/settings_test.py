@@ -5,6 +5,8 @@ import os
 
 os.environ.setdefault("SECRET_KEY", "gpubook-tests-only")
 os.environ.setdefault("DEBUG", "false")
+# Hashed static names need `collectstatic` first; the production smoke test (tests/e2e) does that.
+os.environ.setdefault("GPUBOOK_STATIC_MANIFEST", "false")
 
 from config.settings import *  # noqa: F403
 

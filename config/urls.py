@@ -1,8 +1,10 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
+from config import openapi  # noqa: F401  (registers the schema extensions before any schema is built)
 from config.api_errors import api_not_found
+from config.health import healthz
 from config.login_guard import GuardedAdminAuthenticationForm, GuardedLoginView
 from gpus.metrics import metrics_view
 
@@ -20,8 +22,11 @@ urlpatterns = [
     path("api/v1/", include("gpus.api_urls")),
     path("api/v1/notifications/", include("notifications.api_urls")),
     path("metrics", metrics_view, name="metrics"),
+    path("healthz", healthz, name="healthz"),
     path("reports/", include("reports.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema", template_name="api_docs/redoc.html"),
+         name="api-redoc"),
     re_path(r"^api/", api_not_found),
 ]

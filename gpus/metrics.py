@@ -140,6 +140,8 @@ class _Collector:
         yield from queue_and_run_families(now=self.now)
         yield from scheduler_families(now=self.now)
         yield from quota_families(now=self.now)
+        yield from notification_families()
+        yield from deployment_families()
 
 
 # --- families ----------------------------------------------------------------------------------
@@ -351,3 +353,29 @@ def quota_families(*, now: dt.datetime):
     yield quota
     yield used
     yield ratio
+
+
+def deployment_families():
+    """Configuration the alert rules compare against (deploy/prometheus/alerts.yaml)."""
+    interval = GaugeMetricFamily(
+        "gpubook_scheduler_tick_interval_seconds", "The configured scheduler tick interval (GPUBOOK_TICK_SECONDS)."
+    )
+    interval.add_metric([], float(settings.GPUBOOK_TICK_SECONDS))
+    yield interval
+
+
+def notification_families():
+    """Notification deliveries by channel and state: `failed` ones gave up after their retries
+    (deploy/prometheus/alerts.yaml alerts on them), `pending` ones wait for a retry."""
+    Delivery = apps.get_model("notifications", "Delivery")
+    family = GaugeMetricFamily(
+        "gpubook_notification_deliveries", "Notification deliveries by channel and state.", labels=["channel", "state"]
+    )
+    counts = {
+        (row["channel"], row["state"]): row["n"]
+        for row in Delivery.objects.values("channel", "state").annotate(n=Count("id")).order_by()
+    }
+    for channel in Delivery.Channel.values:
+        for state in Delivery.State.values:
+            family.add_metric([channel, state], float(counts.get((channel, state), 0)))
+    yield family

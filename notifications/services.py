@@ -33,7 +33,8 @@ RUN_EVENTS = frozenset(
         EventType.RUN_FAILED,
     }
 )
-QUOTA_THRESHOLDS = ((100, EventType.QUOTA_EXHAUSTED), (80, EventType.QUOTA_WARNING))
+# A quota position's level (reservations.selectors.QuotaPosition.level) → the notice it raises.
+QUOTA_EVENTS = {"warning": EventType.QUOTA_WARNING, "exhausted": EventType.QUOTA_EXHAUSTED}
 
 
 # --- the outbox ---------------------------------------------------------------------------
@@ -202,36 +203,32 @@ def notify_reservation_released(*, reservation, before: dict, automatic: bool, n
     )
 
 
-def notify_quota_crossing(*, team, before: dict, after: dict, now: dt.datetime,
-                          booker_id: int | None = None) -> Notice | None:
-    """Report the highest of 80 % / 100 % of the month's quota that this change crossed.
-    `before` and `after` are reservations.selectors.team_month_usage() results. Once per team,
-    month, threshold and quota size: cancelling and rebooking around a line does not repeat it."""
-    quota = after["quota_gpu_hours"]
-    if not quota:
+def notify_quota_crossing(*, team, before, after, now: dt.datetime, booker_id: int | None = None) -> Notice | None:
+    """Report the highest quota line (warning, exhausted) that this change crossed. `before`
+    and `after` are reservations.selectors.QuotaPosition values, which own the lines. Once per
+    team, month, line and quota size: cancelling and rebooking around a line does not repeat it."""
+    if not after.quota_gpu_s or after.crossed_percent <= before.crossed_percent:
         return None
-    used_before, used_after = before["used_gpu_hours"], after["used_gpu_hours"]
-    for percent, event_type in QUOTA_THRESHOLDS:
-        line = quota * percent / 100
-        if used_before < line <= used_after:
-            managers = team.memberships.filter(role="manager").values_list("user_id", flat=True)
-            return notice_emit(
-                event_type=event_type,
-                team_id=team.pk,
-                payload={
-                    "team": {"id": team.pk, "name": team.name},
-                    "month": after["month"],
-                    "percent": percent,
-                    "quota_gpu_hours": quota,
-                    "used_gpu_hours": used_after,
-                    "remaining_gpu_hours": after["remaining_gpu_hours"],
-                    "url": links.team_url(team.pk),
-                },
-                recipients=[*managers, booker_id],
-                now=now,
-                dedupe_key=f"quota:{team.pk}:{after['month']}:{percent}:{quota}",
-            )
-    return None
+    percent = after.crossed_percent
+    figures = after.as_dict()
+    quota = team.monthly_gpu_hours
+    managers = team.memberships.filter(role="manager").values_list("user_id", flat=True)
+    return notice_emit(
+        event_type=QUOTA_EVENTS[after.level],
+        team_id=team.pk,
+        payload={
+            "team": {"id": team.pk, "name": team.name},
+            "month": after.month,
+            "percent": percent,
+            "quota_gpu_hours": quota,
+            "used_gpu_hours": figures["used_gpu_hours"],
+            "remaining_gpu_hours": figures["remaining_gpu_hours"],
+            "url": links.team_url(team.pk),
+        },
+        recipients=[*managers, booker_id],
+        now=now,
+        dedupe_key=f"quota:{team.pk}:{after.month}:{percent}:{quota}",
+    )
 
 
 def notices_schedule_reminders(*, now: dt.datetime) -> int:

@@ -6,18 +6,14 @@ Units: ratios 0–1 and GPU-hours. Times are UTC; views label them in the viewer
 
 import dataclasses
 import datetime as dt
-from collections import defaultdict
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Avg, Count, F, Q
 from django.db.models.functions import TruncHour
 
 from gpus.models import Gpu, GpuSample
 from reservations import selectors as reservation_selectors
-from reservations import timegrid
 from reservations.models import Reservation, ReservationGpu
-from training.models import Run
 
 HOUR = dt.timedelta(hours=1)
 MAX_HEATMAP_RANGE = dt.timedelta(days=31)
@@ -183,34 +179,28 @@ def idle_bookings(
 # --- quota ---------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class QuotaRow:
-    team_id: int
+    """A team's month as the report shows it: reservations.selectors.QuotaPosition (the one
+    quota rule) and where the month is heading."""
+
     team: str
-    time_zone: str
-    month: str  # YYYY-MM in the team's zone
-    month_start: dt.datetime
-    month_end: dt.datetime
-    quota_gpu_hours: float
-    reserved_gpu_hours: float  # booked in the month (all of it, including slots still ahead)
-    reserved_to_date_gpu_hours: float  # the part of it before now
-    backfill_gpu_hours: float  # backfill runs, at the usage factor (running ones up to now)
+    position: reservation_selectors.QuotaPosition
     forecast_gpu_hours: float | None  # expected month-end use; None for a month not begun
 
-    @property
-    def used_gpu_hours(self) -> float:
-        return self.reserved_gpu_hours + self.backfill_gpu_hours
-
-    @property
-    def remaining_gpu_hours(self) -> float:
-        return max(0.0, self.quota_gpu_hours - self.used_gpu_hours)
+    team_id = property(lambda self: self.position.team_id)
+    time_zone = property(lambda self: self.position.time_zone)
+    month = property(lambda self: self.position.month)
+    month_start = property(lambda self: self.position.month_start)
+    month_end = property(lambda self: self.position.month_end)
+    quota_gpu_hours = property(lambda self: self.position.quota_gpu_hours)
+    reserved_gpu_hours = property(lambda self: self.position.booked_gpu_hours)  # slots still ahead included
+    reserved_to_date_gpu_hours = property(lambda self: self.position.booked_to_date_gpu_hours)
+    backfill_gpu_hours = property(lambda self: self.position.backfill_gpu_hours)
+    used_gpu_hours = property(lambda self: self.position.used_gpu_hours)
+    remaining_gpu_hours = property(lambda self: self.position.remaining_gpu_hours)
 
     @property
     def forecast_over_quota(self) -> bool:
         return self.forecast_gpu_hours is not None and self.forecast_gpu_hours > self.quota_gpu_hours
-
-
-def month_window(*, year: int, month: int, tz) -> tuple[dt.datetime, dt.datetime]:
-    start = dt.datetime(year, month, 1, tzinfo=tz)
-    return start.astimezone(dt.UTC), timegrid.next_month_start(start, tz)
 
 
 def forecast_gpu_hours(
@@ -233,50 +223,21 @@ def quota_report(
     *, user: AbstractBaseUser, now: dt.datetime, year: int | None = None, month: int | None = None
 ) -> list[QuotaRow]:
     """Each visible team's month (`year`/`month` in the team's own zone; default: the month
-    containing now). Three queries: teams, bookings, backfill runs."""
-    factor = float(getattr(settings, "GPUBOOK_BACKFILL_USAGE_FACTOR", 0.5))
+    containing now). Three queries when the teams share a time zone: teams, bookings,
+    backfill runs (reservations.selectors.quota_positions)."""
     teams = list(reservation_selectors.teams_visible_to(user=user).order_by("name"))
-    if not teams:
-        return []
-    windows = {}
-    for team in teams:
-        if year is None or month is None:
-            windows[team.pk] = (timegrid.month_start(now, team.tzinfo), timegrid.next_month_start(now, team.tzinfo))
-        else:
-            windows[team.pk] = month_window(year=year, month=month, tz=team.tzinfo)
-    earliest = min(start for start, _ in windows.values())
-    latest = max(end for _, end in windows.values())
-    reserved = defaultdict(float)
-    reserved_to_date = defaultdict(float)
-    for team_id, start, end, count in Reservation.objects.filter(
-        team__in=[team.pk for team in teams], status__in=Reservation.OCCUPYING, start__lt=latest, end__gt=earliest,
-    ).values_list("team_id", "start", "end", "gpu_count"):
-        window_start, window_end = windows[team_id]
-        reserved[team_id] += count * _overlap_s(start, end, window_start, window_end)
-        reserved_to_date[team_id] += count * _overlap_s(start, end, window_start, min(window_end, now))
-    backfill = defaultdict(float)
-    for team_id, started, ended, gpu_ids in Run.objects.filter(
-        job__team__in=[team.pk for team in teams], kind=Run.Kind.BACKFILL, started_at__isnull=False,
-        started_at__lt=min(latest, now),
-    ).exclude(ended_at__lte=earliest).values_list("job__team_id", "started_at", "ended_at", "gpu_ids"):
-        window_start, window_end = windows[team_id]
-        backfill[team_id] += len(gpu_ids) * factor * _overlap_s(started, ended or now, window_start, window_end)
+    positions = reservation_selectors.quota_positions(teams=teams, now=now, year=year, month=month)
     rows = []
     for team in teams:
-        window_start, window_end = windows[team.pk]
-        consumed = (reserved_to_date[team.pk] + backfill[team.pk]) / 3600
-        booked_ahead = (reserved[team.pk] - reserved_to_date[team.pk]) / 3600
+        position = positions[team.pk]
+        consumed = position.booked_to_date_gpu_hours + position.backfill_gpu_hours
+        booked_ahead = position.booked_gpu_hours - position.booked_to_date_gpu_hours
         rows.append(
             QuotaRow(
-                team_id=team.pk, team=team.name, time_zone=team.time_zone,
-                month=window_start.astimezone(team.tzinfo).strftime("%Y-%m"),
-                month_start=window_start, month_end=window_end,
-                quota_gpu_hours=float(team.monthly_gpu_hours),
-                reserved_gpu_hours=reserved[team.pk] / 3600,
-                reserved_to_date_gpu_hours=reserved_to_date[team.pk] / 3600,
-                backfill_gpu_hours=backfill[team.pk] / 3600,
+                team=team.name,
+                position=position,
                 forecast_gpu_hours=forecast_gpu_hours(
-                    month_start=window_start, month_end=window_end, now=now,
+                    month_start=position.month_start, month_end=position.month_end, now=now,
                     consumed_to_date=consumed, booked_ahead=booked_ahead,
                 ),
             )

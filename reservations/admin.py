@@ -20,19 +20,21 @@ class TeamAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
 
+    # The bar's colours, by QuotaPosition.level (the same lines as the calendar bar).
+    LEVEL_COLOURS = {"ok": "#2e7d32", "warning": "#ef6c00", "exhausted": "#c62828"}
+
     @admin.display(description="Used this month")
     def quota_bar(self, team: Team) -> str:
-        usage = selectors.team_month_usage(team=team, now=timezone.now())
-        quota = usage["quota_gpu_hours"] or 1
-        percent = min(100, round(100 * usage["used_gpu_hours"] / quota))
-        colour = "#2e7d32" if percent < 80 else "#ef6c00" if percent < 100 else "#c62828"
+        position = selectors.team_quota_position(team=team, now=timezone.now())
+        used = round(position.used_gpu_hours, 2)
+        quota = team.monthly_gpu_hours
         return format_html(
             '<div style="width:160px;background:#e0e0e0;border-radius:3px" '
-            'title="{} of {} GPU-hours">'
+            'title="{} of {} GPU-hours ({} by backfill)">'
             '<div style="width:{}%;background:{};height:10px;border-radius:3px"></div></div>'
             "{} / {} GPU-h",
-            usage["used_gpu_hours"], usage["quota_gpu_hours"], percent, colour,
-            usage["used_gpu_hours"], usage["quota_gpu_hours"],
+            used, quota, round(position.backfill_gpu_hours, 2), position.percent, self.LEVEL_COLOURS[position.level],
+            used, quota,
         )
 
 

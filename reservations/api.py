@@ -225,7 +225,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
             **super().get_serializer_context(),
             "roles": selectors.user_team_roles(user=self.request.user),
             "is_admin": self.request.user.is_superuser,
-            "usage": lambda team: selectors.team_month_usage(team=team, now=now),
+            "usage": lambda team: selectors.team_quota_position(team=team, now=now).as_dict(),
         }
 
     def partial_update(self, request, pk=None):

@@ -237,38 +237,14 @@ def calendar_feed(
 @dataclasses.dataclass(frozen=True)
 class QuotaBar:
     team: Team
-    month: str
-    quota_gpu_hours: float
-    used_gpu_hours: float
-    remaining_gpu_hours: float
-
-    @property
-    def percent(self) -> int:
-        if not self.quota_gpu_hours:
-            return 100 if self.used_gpu_hours else 0
-        return min(100, round(100 * self.used_gpu_hours / self.quota_gpu_hours))
-
-    @property
-    def level(self) -> str:
-        return "high" if self.percent >= 90 else "mid" if self.percent >= 70 else "low"
+    position: selectors.QuotaPosition
 
 
 def quota_bars(*, user: AbstractBaseUser, now: dt.datetime) -> list[QuotaBar]:
     """This month's quota position of each team the user belongs to (admins: every team)."""
-    teams = Team.objects.all() if user.is_superuser else Team.objects.filter(memberships__user=user)
-    bars = []
-    for team in teams.order_by("name"):
-        usage = selectors.team_month_usage(team=team, now=now)
-        bars.append(
-            QuotaBar(
-                team=team,
-                month=usage["month"],
-                quota_gpu_hours=usage["quota_gpu_hours"],
-                used_gpu_hours=usage["used_gpu_hours"],
-                remaining_gpu_hours=usage["remaining_gpu_hours"],
-            )
-        )
-    return bars
+    teams = list(selectors.teams_visible_to(user=user).order_by("name"))
+    positions = selectors.quota_positions(teams=teams, now=now)
+    return [QuotaBar(team=team, position=positions[team.pk]) for team in teams]
 
 
 def user_reservations(*, user: AbstractBaseUser, now: dt.datetime, past_days: int = 30) -> dict[str, list[Reservation]]:

@@ -8,6 +8,7 @@ conflict error as our own check. On SQLite the connection opens IMMEDIATE transa
 serialize the whole check-then-insert.
 """
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
@@ -150,37 +151,35 @@ def _check_quota(
     start: dt.datetime,
     end: dt.datetime,
     gpu_count: int,
+    now: dt.datetime,
     exclude_reservation_id: int | None,
-) -> int:
-    """Refuse if any calendar month (team time zone) this booking touches would go over quota,
-    or any day would go over the per-user daily cap. Returns the GPU-seconds already used in
-    the month the booking starts in (for the quota-crossing notice, without asking again)."""
+) -> selectors.QuotaPosition:
+    """Refuse if any calendar month (team time zone) this booking touches would go over quota
+    — booked + backfill charged + wanted — or any day over the per-user daily cap. Returns
+    the quota position of the month the booking starts in (for the quota-crossing notice,
+    without asking again)."""
     tz = team.tzinfo
-    quota_seconds = team.monthly_gpu_hours * 3600
-    used_in_start_month = None
+    start_month_position = None
     for month_start, month_end in timegrid.split_by_period(start, end, tz):
-        used = selectors.usage_seconds(
-            team=team,
-            window_start=month_start,
-            window_end=month_end,
-            exclude_reservation_id=exclude_reservation_id,
+        position = selectors.team_quota_position(
+            team=team, now=now, at=month_start, exclude_reservation_id=exclude_reservation_id
         )
-        used_in_start_month = used if used_in_start_month is None else used_in_start_month
+        start_month_position = start_month_position or position
         wanted = gpu_count * timegrid.overlap_seconds(start, end, month_start, month_end)
-        if used + wanted > quota_seconds:
-            remaining = max(0, quota_seconds - used) / 3600
-            month = month_start.astimezone(tz).strftime("%Y-%m")
+        if position.used_gpu_s + wanted > position.quota_gpu_s:
+            remaining = position.remaining_gpu_hours
             raise Conflict(
                 "quota_exceeded",
                 f"{team.name} has {remaining:.1f} of {team.monthly_gpu_hours} GPU-hours left in "
-                f"{month}; this booking needs {wanted / 3600:.1f}.",
-                month=month,
+                f"{position.month}; this booking needs {wanted / 3600:.1f}.",
+                month=position.month,
                 remaining_gpu_hours=round(remaining, 2),
                 requested_gpu_hours=round(wanted / 3600, 2),
                 quota_gpu_hours=team.monthly_gpu_hours,
+                backfill_gpu_hours=round(position.backfill_gpu_hours, 2),
             )
     if team.user_daily_cap_gpu_hours is None:
-        return used_in_start_month
+        return start_month_position
     cap_seconds = team.user_daily_cap_gpu_hours * 3600
     for day_start, day_end in timegrid.split_by_period(
         start, end, tz, period_start=timegrid.day_start, next_period_start=timegrid.next_day_start
@@ -203,7 +202,7 @@ def _check_quota(
                 day=day,
                 remaining_gpu_hours=round(remaining, 2),
             )
-    return used_in_start_month
+    return start_month_position
 
 
 def _check_free(
@@ -322,12 +321,13 @@ def reservation_create(
         _lock_booking(user_id=user.pk, team_id=team.pk, gpu_ids=ids)
         locked_team = Team.objects.get(pk=team.pk)  # re-read: quota may have changed meanwhile
         _check_free(user=user, node_id=node_id, gpu_ids=ids, start=start, end=end, exclude_reservation_id=None)
-        used_before = _check_quota(
+        position_before = _check_quota(
             team=locked_team,
             user_id=user.pk,
             start=start,
             end=end,
             gpu_count=len(ids),
+            now=now,
             exclude_reservation_id=None,
         )
         status = Reservation.Status.PENDING if locked_team.requires_approval else Reservation.Status.CONFIRMED
@@ -355,14 +355,12 @@ def reservation_create(
         )
         _audit(actor=user, at=now, action="create", reservation=reservation, before=None, after=_snapshot(reservation))
         notices.notify_reservation_confirmed(reservation=reservation, now=now)
-        month_start = timegrid.month_start(start, locked_team.tzinfo)
         added = len(ids) * timegrid.overlap_seconds(
-            start, end, month_start, timegrid.next_month_start(start, locked_team.tzinfo)
+            start, end, position_before.month_start, position_before.month_end
         )
         notices.notify_quota_crossing(
-            team=locked_team, booker_id=user.pk, now=now,
-            before=selectors.month_position(team=locked_team, month_start=month_start, used_seconds=used_before),
-            after=selectors.month_position(team=locked_team, month_start=month_start, used_seconds=used_before + added),
+            team=locked_team, booker_id=user.pk, now=now, before=position_before,
+            after=dataclasses.replace(position_before, booked_gpu_s=position_before.booked_gpu_s + added),
         )
         return reservation
 
@@ -447,6 +445,7 @@ def reservation_reschedule(
             start=new_start,
             end=new_end,
             gpu_count=locked.gpu_count,
+            now=now,
             exclude_reservation_id=locked.pk,
         )
         before = _snapshot(locked)

@@ -2,7 +2,7 @@
 
 `plan(snapshot, now, policy)` is the entry point; see `scheduler.snapshot` for what a
 snapshot holds, `scheduler.actions` for what comes back, `scheduler.policy` for the knobs,
-and `scheduler.simulate` for the trace-replay simulator.
+and `scheduler.sim` for the trace-replay simulator (which the core never imports).
 """
 
 from scheduler.actions import Action, Kill, Reason, Release, Start, Stop

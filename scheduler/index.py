@@ -1,9 +1,10 @@
 """Indexes built once per plan: the GPU topology and the live reservations per GPU.
 
 These turn the snapshot's flat tuples into dictionaries so that every policy step is a
-lookup instead of a scan. The topology changes only when an admin edits the inventory, so
-it is memoised on the identity of the (immutable) `gpus` tuple: the simulator and a
-reconcile loop that keeps its inventory tuple pay for it once. Reservations cannot overlap
+lookup instead of a scan. No module state: a caller that plans many times over the same
+(immutable) tuples, like the simulator, may hand plan an `IndexCache` it owns, which reuses
+the topology of the same `gpus` tuple and the reservation index of the same `reservations`
+tuple while it stays exact. Reservations cannot overlap
 on a GPU (the database guarantees it), so per GPU one reservation can be in progress and
 the rest lie ahead: "the one now" and "the next start" say all plan needs.
 """
@@ -34,15 +35,8 @@ class Topology:
     maintenance_gpu_ids: frozenset[Id]
 
 
-_last_topology: tuple[tuple[Gpu, ...], Topology] | None = None
-
-
 def topology_of(gpus: tuple[Gpu, ...]) -> Topology:
-    """The topology of `gpus`, reusing the previous one when handed the same tuple object."""
-    global _last_topology
-    cached = _last_topology
-    if cached is not None and cached[0] is gpus:
-        return cached[1]
+    """The topology of `gpus`."""
     by_node: dict[Id, list[Gpu]] = {}
     for gpu in gpus:
         by_node.setdefault(gpu.node, []).append(gpu)
@@ -61,7 +55,6 @@ def topology_of(gpus: tuple[Gpu, ...]) -> Topology:
             gpu.id for gpu in gpus if gpu.state == GpuState.MAINTENANCE
         ),
     )
-    _last_topology = (gpus, topology)
     return topology
 
 
@@ -130,7 +123,7 @@ class ReservationIndex:
 
     def without_in_progress(self, reservation_ids: set[Id]) -> ReservationIndex:
         """A copy that forgets released reservations: their GPUs are free for the rest of
-        the plan. A copy, because an index may be shared through the memo below."""
+        the plan. A copy, because an index may be shared through an `IndexCache`."""
         by_id = dict(self.by_id)
         in_progress_on_gpu = dict(self.in_progress_on_gpu)
         for reservation_id in reservation_ids:
@@ -166,19 +159,36 @@ class ReservationIndex:
         return earliest
 
 
-_last_index: tuple[tuple[Reservation, ...], float, ReservationIndex] | None = None
+@dataclass(slots=True)
+class IndexCache:
+    """Memo of the indexes across plans, owned by the caller that passes it to plan.
 
+    Keyed on the identity of the snapshot's tuples, so the owner must build a new tuple
+    whenever the GPUs or reservations change (the simulator does). Results are exactly what
+    `topology_of` and `ReservationIndex.build` would return; callers must not mutate them.
+    """
 
-def reservation_index(reservations: tuple[Reservation, ...], now_s: float) -> ReservationIndex:
-    """`ReservationIndex.build`, memoised: the index of the same (immutable) tuple stays
-    exact while no reservation starts or ends, i.e. from the time it was built until the
-    earliest future start or end. Callers must not mutate the returned index."""
-    global _last_index
-    cached = _last_index
-    if cached is not None and cached[0] is reservations:
-        built_at_s, index = cached[1], cached[2]
-        if built_at_s <= now_s < min(index.earliest_future_start_s, index.earliest_end_s):
-            return index
-    index = ReservationIndex.build(reservations, now_s)
-    _last_index = (reservations, now_s, index)
-    return index
+    _topology: tuple[tuple[Gpu, ...], Topology] | None = None
+    _index: tuple[tuple[Reservation, ...], float, ReservationIndex] | None = None
+
+    def topology(self, gpus: tuple[Gpu, ...]) -> Topology:
+        cached = self._topology
+        if cached is not None and cached[0] is gpus:
+            return cached[1]
+        topology = topology_of(gpus)
+        self._topology = (gpus, topology)
+        return topology
+
+    def reservation_index(
+        self, reservations: tuple[Reservation, ...], now_s: float
+    ) -> ReservationIndex:
+        """The index of the same tuple stays exact while no reservation starts or ends,
+        i.e. from the time it was built until the earliest future start or end."""
+        cached = self._index
+        if cached is not None and cached[0] is reservations:
+            built_at_s, index = cached[1], cached[2]
+            if built_at_s <= now_s < min(index.earliest_future_start_s, index.earliest_end_s):
+                return index
+        index = ReservationIndex.build(reservations, now_s)
+        self._index = (reservations, now_s, index)
+        return index

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from scheduler.actions import Action
 from scheduler.backfill import start_queued_jobs
 from scheduler.fair_share import FairShare, compute_fair_share
-from scheduler.index import reservation_index, topology_of
+from scheduler.index import IndexCache, ReservationIndex, topology_of
 from scheduler.instants import check_now, converter_like, to_seconds
 from scheduler.policy import DEFAULT_POLICY, Policy
 from scheduler.quota import QuotaBook
@@ -55,12 +55,23 @@ def plan(snapshot: Snapshot, now: Instant, policy: Policy = DEFAULT_POLICY) -> l
 
 
 def plan_detailed(
-    snapshot: Snapshot, now: Instant, policy: Policy = DEFAULT_POLICY
+    snapshot: Snapshot,
+    now: Instant,
+    policy: Policy = DEFAULT_POLICY,
+    *,
+    cache: IndexCache | None = None,
 ) -> PlanResult:
+    """`plan` with the next wake-up. `cache`: an `IndexCache` the caller owns, to reuse the
+    indexes of unchanged tuples across plans (the simulator); it never changes the result."""
     check_now(now)
     now_s = to_seconds(now)
     to_instant = converter_like(now)
-    topology = topology_of(snapshot.gpus)
+    if cache is None:
+        topology = topology_of(snapshot.gpus)
+        index = ReservationIndex.build(snapshot.reservations, now_s)
+    else:
+        topology = cache.topology(snapshot.gpus)
+        index = cache.reservation_index(snapshot.reservations, now_s)
 
     runs: list[Run] = sorted(snapshot.runs, key=_RUN_ID)
     runs_by_reservation: dict[Id, Run] = {}
@@ -74,7 +85,6 @@ def plan_detailed(
             occupied.setdefault(gpu_id, run.id)
 
     wakeups: list[float] = []
-    index = reservation_index(snapshot.reservations, now_s)
     releases = plan_releases(index, runs_by_reservation, now_s, policy, wakeups)
     if releases:
         index = index.without_in_progress({release.reservation_id for release in releases})

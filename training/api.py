@@ -12,9 +12,9 @@ from rest_framework.views import APIView
 
 from config.errors import DomainError, NotPermitted
 from reservations.api import path_id
-from training import selectors, services
+from training import advice, selectors, services
 from training.execution import executor_from_settings
-from training.executors.base import Handle, run_name
+from training.run_state import run_handle
 from training.safe_yaml import clip
 from training.serializers import (
     AttachSerializer,
@@ -43,6 +43,20 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             user=request.user, document=document, reservation_id=values.get("reservation"), now=timezone.now()
         )
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JobSubmitSerializer, responses={200: dict})
+    @action(detail=False, methods=["post"])
+    def advice(self, request):
+        """Before submit: the batch the job would get (the image's table for the GPUs), its
+        defaults, and any warning in words (a batch above the table). Nothing is created."""
+        data = JobSubmitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        document = values["spec"] if "spec" in values else services.job_spec_from_text(text=values["spec_yaml"])
+        found = advice.advice_for_document(document=document, reservation_id=values.get("reservation"))
+        if found is None:
+            raise DomainError("no_advice", "Batch advice is for YOLO jobs with an allowed image.")
+        return Response(found)
 
     @extend_schema(request=None, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
@@ -82,9 +96,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True)
     def log(self, request, pk=None):
         run = self.get_object()
-        executor = executor_from_settings()
-        handle = Handle(run_id=run.pk, name=run_name(run.pk), executor=executor.kind)
-        return Response({"run": run.pk, "log": executor.log_tail(handle, lines=200)})
+        handle = run_handle(run)
+        log = executor_from_settings().log_tail(handle, lines=200) if handle is not None else ""
+        return Response({"run": run.pk, "log": log})
 
 
 # What a runner may report (training/runner/progress.py): bounded so a report can neither

@@ -1,6 +1,7 @@
 """The executor this deployment uses, built from settings (executors themselves know no Django)."""
 
 import functools
+import os
 from pathlib import Path
 
 from django.conf import settings
@@ -13,13 +14,42 @@ def kubernetes_config_from_settings():
     from training.models import TrainingImage
 
     registry = settings.GPUBOOK_IMAGE_REGISTRY
+    data_root, data_subpaths = data_volume_layout(settings.GPUBOOK_DATA_ROOTS)
     return KubernetesConfig(
-        image_allowlist=tuple(registry + image.reference for image in TrainingImage.objects.filter(allowed=True)),
+        image_allowlist=tuple(
+            registry + image.pinned_reference for image in TrainingImage.objects.filter(allowed=True)
+        ),
         namespace_template=settings.GPUBOOK_K8S_NAMESPACE_TEMPLATE,
         data_pvc=settings.GPUBOOK_K8S_DATA_PVC,
+        data_mount_path=data_root,
+        data_subpaths=data_subpaths,
         runs_pvc=settings.GPUBOOK_K8S_RUNS_PVC,
         runs_mount_path=str(settings.GPUBOOK_RUNS_DIR),  # the same path in the scheduler and the pods
+        default_memory=settings.GPUBOOK_K8S_DEFAULT_MEMORY or None,
+        tmp_size_limit=settings.GPUBOOK_K8S_TMP_SIZE_LIMIT,
+        image_pull_secrets=parse_pull_secrets(settings.GPUBOOK_K8S_IMAGE_PULL_SECRETS),
+        stuck_patience_s=float(settings.GPUBOOK_K8S_STUCK_PATIENCE_SECONDS),
     )
+
+
+def data_volume_layout(roots: list[str]) -> tuple[str, tuple[str, ...]]:
+    """The data volume's root (the roots' common parent, mounted at the same path in the pods)
+    and the parts a team's pods mount: ["/d/{team}", "/d/shared"] → ("/d", ("{team}", "shared"))."""
+    if not roots:
+        return "/data", ()
+    base = os.path.commonpath([os.path.dirname(root.rstrip("/")) for root in roots])
+    return base, tuple(os.path.relpath(root, base) for root in roots)
+
+
+def parse_pull_secrets(text: str) -> dict[str, tuple[str, ...]]:
+    """"*=regcred;vision=a,b" → {"*": ("regcred",), "vision": ("a", "b")}."""
+    secrets: dict[str, tuple[str, ...]] = {}
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        team, sep, names = entry.partition("=")
+        if not sep or not team.strip():
+            raise ValueError(f"GPUBOOK_K8S_IMAGE_PULL_SECRETS: {entry!r} is not team=secret[,secret]")
+        secrets[team.strip()] = tuple(name.strip() for name in names.split(",") if name.strip())
+    return secrets
 
 
 @functools.cache

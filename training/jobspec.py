@@ -3,7 +3,10 @@
     task_name: detector-v3
     image: yolo:v8n-cu118
     yolo: {model: yolov8n.yaml, data: /data/vision/shapes/data.yaml, epochs: 30, imgsz: 640, batch: 16,
-           extra: {lr0: 0.01}}
+           extra: {lr0: 0.01}, export: [onnx, torchscript]}
+    # epochs, imgsz and extra default to the image's default_hyperparameters; batch, when
+    # left out, comes from the image's table for the booked GPU's memory (resolve_yolo);
+    # export: any of onnx, torchscript, engine (TensorRT: NVIDIA GPUs only), openvino
     # or, instead of yolo:   command: ["python", "train.py", "--fast"]   (an argv list, never a string)
     resources: {gpu: 2, memory: 32Gi, cpu: 8}
     priority: medium            # low | medium | high | urgent
@@ -17,21 +20,25 @@ whole file in one go.
 """
 
 import dataclasses
+import json
 import os
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from scheduler import Priority
 from training import safe_yaml
-from training.runner.spec import EXTRA_ARGS
+from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS
 
 TOP_LEVEL = {
     "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
     "estimated_duration", "checkpointable",
 }
-YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra"}
+YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export"}
+DEFAULT_EXPORT = ("onnx",)
 RESOURCE_KEYS = {"gpu", "memory", "cpu"}
-PRIORITIES = ("low", "medium", "high", "urgent")
+PRIORITIES = tuple(priority.value for priority in Priority)  # defined once, in the scheduling core
 BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
 DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
@@ -50,8 +57,9 @@ class YoloTask:
     data: str
     epochs: int
     imgsz: int
-    batch: int
+    batch: int | None  # None: from the image's table for the GPU it gets (resolve_yolo)
     extra: Mapping[str, Any]
+    export: tuple[str, ...] = DEFAULT_EXPORT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +76,24 @@ class JobSpec:
     cpu: str | None = None
     timeout_s: int | None = None
     estimated_duration_s: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The normalized spec (defaults filled in), JSON-safe: stored on the job at submit and
+        the only thing launch reads, so no default is restated anywhere else."""
+        data = dataclasses.asdict(self)
+        data["command"] = list(self.command)
+        if self.yolo is not None:
+            data["yolo"]["extra"] = dict(self.yolo.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        fields = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in data.items() if key in fields}
+        yolo = values.get("yolo")
+        values["yolo"] = YoloTask(**yolo) if yolo else None
+        values["command"] = tuple(values.get("command") or ())
+        return cls(**values)
 
 
 def load_document(text: str) -> Any:
@@ -159,7 +185,8 @@ def parse_job_spec(
         problems.append(("command", "give exactly one of `command` (an argv list) or `yolo`"))
     elif command is not None:
         if isinstance(command, str):
-            problems.append(("command", "must be a list of arguments, never a shell string (no shell runs it)"))
+            problems.append(("command", "must be a list of arguments, never a shell string (no shell runs it): "
+                                        f"write command: {argv_form(command)}, or `yolo train key=value …`"))
         elif not isinstance(command, list) or not command or not all(isinstance(arg, str) for arg in command):
             problems.append(("command", "expected a non-empty list of strings"))
         else:
@@ -200,9 +227,14 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         problems.append(("yolo.data", f"{data!r} is outside your team's data roots ({', '.join(data_roots)})"))
     epochs = _positive_int(yolo.get("epochs", 10), "yolo.epochs", problems, maximum=10_000)
     imgsz = _positive_int(yolo.get("imgsz", 640), "yolo.imgsz", problems, minimum=32, maximum=8192)
-    batch = yolo.get("batch", 16)
-    if batch != -1:
+    batch = yolo.get("batch")
+    if batch is not None and batch != -1:
         batch = _positive_int(batch, "yolo.batch", problems, maximum=4096)
+    export = yolo.get("export", list(DEFAULT_EXPORT))
+    if not isinstance(export, list) or not all(isinstance(v, str) and v in EXPORT_FORMATS for v in export):
+        problems.append(("yolo.export", f"expected a list drawn from {', '.join(EXPORT_FORMATS)} "
+                                        f"(or [] for none), got {export!r}"))
+        export = list(DEFAULT_EXPORT)
     extra = yolo.get("extra", {}) or {}
     if not isinstance(extra, Mapping):
         problems.append(("yolo.extra", "expected a mapping of Ultralytics train arguments"))
@@ -213,4 +245,202 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
             problems.append((f"yolo.extra.{key}", "not an allowed Ultralytics argument"))
         elif not check(value):
             problems.append((f"yolo.extra.{key}", f"{value!r} is not a valid value"))
-    return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra))
+    return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra),
+                    export=tuple(dict.fromkeys(export)))
+
+
+# --- seed-style job files -------------------------------------------------------------------
+# Teams arrive with files written for the Ultralytics command line:
+#     command: "yolo train data=pcb_defect.yaml model=yolov8s.pt epochs=100 imgsz=640"
+#     user: team-a
+# They are rewritten here into the strict shape above and then validated by parse_job_spec
+# like any other spec, so both forms obey exactly the same rules.
+
+YOLO_TRAIN_PREFIX = ("yolo", "train")
+
+
+def _cli_value(text: str) -> Any:
+    """A value from `key=value` read as Ultralytics' own command line reads it: numbers,
+    booleans and none become typed; everything else stays a string."""
+    lowered = text.lower()
+    if lowered in {"true", "false"}:
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _yolo_from_command(argv: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    yolo: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    for token in argv[len(YOLO_TRAIN_PREFIX):]:
+        key, equals, text = token.partition("=")
+        if not equals or not key:
+            problems.append(("command", f"{token!r}: expected key=value after `yolo train`"))
+            continue
+        target = yolo if key in YOLO_KEYS - {"extra"} else extra
+        if key in target or key == "extra":
+            problems.append(("command", f"{key!r} is given twice" if key != "extra" else "'extra' is not an argument"))
+            continue
+        # Paths stay strings even when they look like numbers.
+        target[key] = text if key in {"model", "data"} else _cli_value(text)
+    if extra:
+        yolo["extra"] = extra
+    return yolo, problems
+
+
+def _resolve_relative(path: Any, root: str | None) -> Any:
+    if not isinstance(path, str) or not path or os.path.isabs(path) or root is None:
+        return path
+    return os.path.normpath(os.path.join(root, path))  # a '..' escape is then refused by _under_roots
+
+
+def normalize_seed_style(
+    document: Any, *, is_team: Callable[[str], bool], data_root_of: Callable[[str], str | None]
+) -> Any:
+    """Rewrite the seed-style fields of a spec into the strict form; anything else unchanged.
+
+    - `command: "yolo train k=v …"` (split like a shell would, but no shell runs) becomes `yolo:`;
+      model/data/epochs/imgsz/batch are its fields, every other key goes to `extra`, where the
+      allowlist then judges it.
+    - `user: <slug>` names the team when it is a team and no `team:` is given.
+    - a relative `yolo.data` (and a relative `.pt` weights file, since weights also come from the
+      mounted data volume) resolves under the team's data root.
+    Problems it cannot rewrite (an unbalanced quote, a token that is not key=value) raise
+    JobSpecError naming `command`."""
+    if not isinstance(document, Mapping):
+        return document
+    spec = dict(document)
+    user = spec.get("user")
+    if isinstance(user, str) and is_team(user) and spec.get("team") in (None, user):
+        spec.pop("user")
+        spec["team"] = user
+    command = spec.get("command")
+    if isinstance(command, str) and "yolo" not in spec:
+        try:
+            argv = shlex.split(command)
+        except ValueError as error:
+            raise JobSpecError([("command", f"cannot split {command!r}: {error}")]) from None
+        if tuple(argv[: len(YOLO_TRAIN_PREFIX)]) == YOLO_TRAIN_PREFIX:
+            yolo, problems = _yolo_from_command(argv)
+            if problems:
+                raise JobSpecError(problems)
+            spec.pop("command")
+            spec["yolo"] = yolo
+    yolo = spec.get("yolo")
+    team = spec.get("team")
+    if isinstance(yolo, Mapping) and isinstance(team, str) and team:
+        root = data_root_of(team)
+        yolo = dict(yolo)
+        yolo["data"] = _resolve_relative(yolo.get("data"), root)
+        model = yolo.get("model")
+        if isinstance(model, str) and model.endswith(".pt"):
+            yolo["model"] = _resolve_relative(model, root)
+        spec["yolo"] = yolo
+    return spec
+
+
+def argv_form(command: str) -> str:
+    """How a command string is written as an argv list, for the refusal message."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = command.split()
+    return json.dumps(argv)
+
+
+# --- image defaults and batch advice -------------------------------------------------------------
+# An image's default_hyperparameters fill what a spec leaves out (epochs, imgsz, batch, and
+# any allowlisted extra argument); its recommended_batch table ({"<GPU MiB at least>": batch})
+# gives the batch when the spec has none. Pure, so the submit form, the API, the CLI and the
+# run's start all say the same thing.
+
+BUILTIN_DEFAULTS = {"epochs": 10, "imgsz": 640}
+FALLBACK_BATCH = 16  # no table entry fits (or the GPU is unknown): Ultralytics' own default
+DEFAULT_SAVE_PERIOD = 10  # epochs between weights/epochN.pt; an image may set its own
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedYolo:
+    epochs: int
+    imgsz: int
+    batch: int
+    extra: Mapping[str, Any]
+    export: tuple[str, ...]
+    batch_source: str  # "spec", "image default", "table" or "fallback"
+    advice: str | None  # "batch 16 for a 24 GB GPU with this model"
+    warnings: tuple[str, ...] = ()
+
+
+def batch_from_table(table: Mapping[str, Any], memory_mib: int | None) -> int | None:
+    """The batch of the largest table entry not above ``memory_mib`` (None if none fits)."""
+    if memory_mib is None:
+        return None
+    fitting = []
+    for limit, batch in (table or {}).items():
+        try:
+            if int(limit) <= memory_mib and isinstance(batch, int) and batch > 0:
+                fitting.append((int(limit), batch))
+        except (TypeError, ValueError):
+            continue  # an admin's typo in one row must not break every submit
+    return max(fitting)[1] if fitting else None
+
+
+def gpu_size_words(memory_mib: int) -> str:
+    """24564 MiB -> "24 GB": what a person calls the card."""
+    return f"{max(1, round(memory_mib / 1024))} GB"
+
+
+def resolve_yolo(
+    yolo: Mapping[str, Any],
+    *,
+    image_defaults: Mapping[str, Any],
+    batch_table: Mapping[str, Any],
+    gpu_memory_mib: int | None,
+    gpus: int = 1,
+) -> ResolvedYolo:
+    """What a run of this (already validated) ``yolo`` section trains with.
+
+    The spec wins over the image's defaults, which win over the built-in ones. With several
+    GPUs the table's per-GPU batch is multiplied: Ultralytics' DDP splits ``batch`` across them.
+    """
+    defaults = dict(image_defaults or {})
+    epochs = yolo.get("epochs", defaults.get("epochs", BUILTIN_DEFAULTS["epochs"]))
+    imgsz = yolo.get("imgsz", defaults.get("imgsz", BUILTIN_DEFAULTS["imgsz"]))
+    extra = {key: value for key, value in defaults.items() if key in EXTRA_ARGS and EXTRA_ARGS[key](value)}
+    extra.setdefault("save_period", DEFAULT_SAVE_PERIOD)
+    extra.update(yolo.get("extra") or {})
+    export = tuple(dict.fromkeys(yolo.get("export", defaults.get("export", list(DEFAULT_EXPORT)))))
+
+    per_gpu = batch_from_table(batch_table, gpu_memory_mib)
+    recommended = per_gpu * max(gpus, 1) if per_gpu else None
+    advice = None
+    if recommended is not None and gpu_memory_mib is not None:
+        size = gpu_size_words(gpu_memory_mib)
+        where = f"a {size} GPU" if gpus <= 1 else f"{gpus} × {size} GPUs ({per_gpu} per GPU)"
+        advice = f"batch {recommended} for {where} with this model"
+    warnings: list[str] = []
+    if yolo.get("batch") is not None:
+        batch, source = yolo["batch"], "spec"
+        if recommended is not None and batch > recommended:
+            warnings.append(
+                f"batch {batch} is more than the {recommended} this image recommends for "
+                f"{where}; it may run out of GPU memory (leave batch out to use {recommended}, "
+                "or use -1 for AutoBatch)"
+            )
+    elif recommended is not None:
+        batch, source = recommended, "table"
+    elif isinstance(defaults.get("batch"), int) and not isinstance(defaults["batch"], bool):
+        batch, source = defaults["batch"], "image default"
+    else:
+        batch, source = FALLBACK_BATCH, "fallback"
+    return ResolvedYolo(
+        epochs=epochs, imgsz=imgsz, batch=batch, extra=extra, export=export, batch_source=source,
+        advice=advice, warnings=tuple(warnings),
+    )

@@ -2,9 +2,11 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+import scheduler
 from gpus.models import Node
 from reservations.models import Reservation, Team
 
@@ -20,6 +22,13 @@ class TrainingImage(models.Model):
     # {"<GPU memory MiB at least>": batch size}: the largest key not above the GPU's memory wins.
     recommended_batch = models.JSONField(default=dict, blank=True)
     allowed = models.BooleanField(default=True)
+    # The manifest digest the tag pointed to when an admin pinned it (`manage.py images pin`).
+    # Runs use name@digest, so retagging the image in the registry cannot change what runs.
+    digest = models.CharField(
+        max_length=71, blank=True, validators=[RegexValidator(r"^sha256:[0-9a-f]{64}$", "sha256:<64 hex digits>")],
+        help_text="sha256:… of the image manifest; empty until pinned.",
+    )
+    pinned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name", "tag"]
@@ -30,18 +39,22 @@ class TrainingImage(models.Model):
 
     @property
     def reference(self) -> str:
+        """What job specs name: repository:tag."""
         return f"{self.name}:{self.tag}"
+
+    @property
+    def pinned_reference(self) -> str:
+        """What runs pull: repository@sha256:… once pinned, the tag until then."""
+        return f"{self.name}@{self.digest}" if self.digest else self.reference
 
     def batch_for(self, memory_mib: int) -> int | None:
         fitting = [(int(limit), batch) for limit, batch in self.recommended_batch.items() if int(limit) <= memory_mib]
         return max(fitting)[1] if fitting else None
 
 
-class Priority(models.TextChoices):
-    LOW = "low", "Low"
-    MEDIUM = "medium", "Medium"
-    HIGH = "high", "High"
-    URGENT = "urgent", "Urgent"
+# The priority classes are the scheduling core's (scheduler.Priority), defined once there.
+Priority = models.TextChoices("Priority", [(member.name, (member.value, member.value.title())) for member in
+                                            scheduler.Priority])
 
 
 class TrainingJob(models.Model):
@@ -61,6 +74,9 @@ class TrainingJob(models.Model):
     name = models.CharField(max_length=200)
     image = models.ForeignKey(TrainingImage, on_delete=models.PROTECT, related_name="jobs")
     spec = models.JSONField(help_text="The validated job spec as submitted.")
+    # The parsed spec with its defaults filled in (jobspec.JobSpec.as_dict()); launch reads this,
+    # never the raw document, so a default lives only in the parser.
+    parsed_spec = models.JSONField(default=dict, blank=True, help_text="The normalized job spec.")
     argv = models.JSONField(default=list, blank=True, help_text="Explicit command (argv list), if any.")
     gpus_needed = models.PositiveSmallIntegerField(default=1)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.MEDIUM)
@@ -135,6 +151,9 @@ class Run(models.Model):
     output_dir = models.CharField(max_length=500, blank=True)
     progress = models.JSONField(default=dict, blank=True, help_text="Latest progress event.")
     report_token_hash = models.CharField(max_length=64, blank=True)
+    # What the executor's start() returned (Handle.as_dict()), stored as it gave it: stop,
+    # kill, cleanup and the log tail use it (a Kubernetes handle carries its namespace).
+    handle = models.JSONField(default=dict, blank=True, help_text="The executor's handle, as start() returned it.")
 
     class Meta:
         ordering = ["-created_at", "-id"]

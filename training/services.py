@@ -12,8 +12,10 @@ from django.db import transaction
 from config.errors import Conflict, DomainError, NotFound, NotPermitted
 from gpus.models import Gpu
 from reservations.models import Membership, Reservation, Team
+from training import seed_style
 from training.jobspec import JobSpecError, load_document, parse_job_spec
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
+from training.run_state import run_request_stop
 from training.safe_yaml import clip_message
 
 
@@ -55,6 +57,7 @@ def job_submit(
     *, user: AbstractBaseUser, document: Any, now: dt.datetime, reservation_id: int | None = None
 ) -> TrainingJob:
     """Validate a job spec and queue it, or attach it to one of the team's reservations."""
+    document = seed_style.normalize_submitted(document)
     team_slug = document.get("team") if isinstance(document, Mapping) else None
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
@@ -80,11 +83,25 @@ def job_submit(
         if reservation is None:
             raise NotFound("not_found", f"No reservation #{reservation_id}.")
         _check_attachable(reservation=reservation, team=team, gpus=spec.gpus, now=now)
+    epochs_total = None
+    if spec.yolo is not None:
+        from training import advice  # the image's defaults and the TensorRT rule (issue #17)
+
+        if "engine" in spec.yolo.export:
+            refusal = advice.engine_refusal(reservation=reservation)
+            if refusal:
+                raise DomainError(
+                    "engine_needs_nvidia", refusal, problems=[{"field": "yolo.export", "problem": refusal}]
+                )
+        epochs_total = advice.yolo_advice(
+            yolo=document["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
+        )[0].epochs
     return TrainingJob.objects.create(
         team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),
+        parsed_spec=spec.as_dict(),
         argv=list(spec.command), gpus_needed=spec.gpus, priority=spec.priority, timeout_s=spec.timeout_s,
         estimated_duration_s=spec.estimated_duration_s, checkpointable=spec.checkpointable,
-        reservation=reservation, epochs_total=spec.yolo.epochs if spec.yolo else None, submitted_at=now,
+        reservation=reservation, epochs_total=epochs_total, submitted_at=now,
     )
 
 
@@ -114,9 +131,8 @@ def job_cancel(*, job_id: int, actor: AbstractBaseUser, now: dt.datetime) -> Tra
         if not changed:
             raise Conflict("already_finished", "This job has already finished.")
         grace = dt.timedelta(seconds=settings.GPUBOOK_STOP_GRACE_SECONDS)
-        Run.objects.filter(job_id=job.pk, state__in=(Run.State.STARTING, Run.State.RUNNING)).update(
-            state=Run.State.STOPPING, stop_requested_at=now, kill_at=now + grace, reason=reason
-        )
+        for run_id in Run.objects.filter(job_id=job.pk, state__in=Run.LIVE).values_list("pk", flat=True):
+            run_request_stop(run_id=run_id, now=now, kill_at=now + grace, reason=reason)
     job.refresh_from_db()
     return job
 

@@ -16,10 +16,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from config.errors import DomainError
 from reservations.models import Reservation
 from reservations.selectors import reservations_visible_to
-from training import selectors, services
+from training import advice, selectors, services
 from training.execution import executor_from_settings
-from training.executors.base import Handle, run_name
-from training.models import Artifact, Run, RunMetric, TrainingJob
+from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
+from training.run_state import run_handle
 
 LOSS_KEYS = ("box_loss", "cls_loss", "dfl_loss", "val_box_loss", "val_cls_loss", "val_dfl_loss")
 QUALITY_KEYS = ("mAP50", "mAP50-95", "precision", "recall")
@@ -44,18 +44,28 @@ def _progress(job: TrainingJob, run: Run | None) -> dict:
 @require_http_methods(["GET", "POST"])
 def jobs_page(request: HttpRequest) -> HttpResponse:
     error = None
+    batch_advice = None
     if request.method == "POST":
         reservation = request.POST.get("reservation") or None
         try:
-            job = services.job_submit(
-                user=request.user, document=services.job_spec_from_text(text=request.POST.get("spec_yaml", "")),
-                reservation_id=int(reservation) if reservation else None, now=timezone.now(),
-            )
+            reservation_id = int(reservation) if reservation else None
+            document = services.job_spec_from_text(text=request.POST.get("spec_yaml", ""))
+            # Batch advice and warnings come before the submit (issue #17): a spec asking for
+            # more than the image's table allows is shown the warning and submitted only when
+            # the person confirms.
+            batch_advice = advice.advice_for_document(document=document, reservation_id=reservation_id)
+            checking = request.POST.get("action") == "check"
+            warned = bool(batch_advice and batch_advice["warnings"]) and not request.POST.get("confirm")
+            if not checking and not warned:
+                job = services.job_submit(
+                    user=request.user, document=document, reservation_id=reservation_id, now=timezone.now()
+                )
         except (DomainError, ValueError) as problem:
             error = problem
         else:
-            messages.success(request, f"Job “{job.name}” submitted.")
-            return redirect("job-detail", job_id=job.pk)
+            if not checking and not warned:
+                messages.success(request, f"Job “{job.name}” submitted.")
+                return redirect("job-detail", job_id=job.pk)
     jobs = list(selectors.jobs_visible_to(user=request.user)[:200])
     latest = _latest_runs(jobs)
     rows = [{"job": job, "run": latest.get(job.pk), "progress": _progress(job, latest.get(job.pk))} for job in jobs]
@@ -64,7 +74,10 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     ).select_related("node")[:50]
     return render(request, "training/jobs.html", {
         "nav": "jobs", "rows": rows, "error": error, "upcoming": upcoming,
-        "spec_yaml": request.POST.get("spec_yaml", EXAMPLE_SPEC),
+        "spec_yaml": request.POST.get("spec_yaml", EXAMPLE_SPEC), "batch_advice": batch_advice,
+        "chosen_reservation": request.POST.get("reservation") or "",
+        "image_tables": [(image.reference, advice.batch_table_rows(image))
+                         for image in TrainingImage.objects.filter(allowed=True) if image.recommended_batch],
         "any_live": any(row["run"] and row["run"].state in Run.LIVE for row in rows),
     }, status=400 if error else 200)
 
@@ -77,7 +90,7 @@ yolo:
   data: /path/under/your/data/root/data.yaml
   epochs: 5
   imgsz: 64
-  batch: 8
+  export: [onnx]
 resources: {gpu: 1}
 priority: medium
 estimated_duration: 15m
@@ -129,9 +142,9 @@ def _run_context(request: HttpRequest, run_id: int) -> dict:
     )
     # The curves span the whole job: a resumed run continues its predecessor's epochs.
     metrics = list(RunMetric.objects.filter(run__job_id=run.job_id).order_by("run_id", "id"))
-    executor = executor_from_settings()
+    handle = run_handle(run)
     try:
-        log = executor.log_tail(Handle(run_id=run.pk, name=run_name(run.pk), executor=executor.kind), lines=60)
+        log = executor_from_settings().log_tail(handle, lines=60) if handle is not None else ""
     except Exception:
         log = ""
     return {"nav": "jobs", "run": run, "job": run.job, "live": run.state in Run.LIVE, "log": log,

@@ -37,6 +37,7 @@ from reservations import services as reservation_services
 from reservations import timegrid
 from reservations.models import Reservation
 from training.models import Run, RunMetric, TrainingJob
+from training.run_state import run_request_stop
 
 logger = logging.getLogger(__name__)
 IDLE_COVERAGE = 0.9  # share of the window's GPU-minutes that must have telemetry
@@ -263,10 +264,7 @@ def run_stop_for_anomaly(*, run: Run, reason: str, now: dt.datetime, hold_job: b
     `hold_job`: the job ends as failed with the reason instead of being resumed."""
     grace = dt.timedelta(seconds=float(_setting("GPUBOOK_STOP_GRACE_SECONDS", 60)))
     kill_at = min(now + grace, run.must_end_by) if run.must_end_by else now + grace
-    claimed = Run.objects.filter(pk=run.pk, state=Run.State.RUNNING, stop_requested_at__isnull=True).update(
-        state=Run.State.STOPPING, stop_requested_at=now, kill_at=kill_at, reason=reason[:500]
-    )
-    if not claimed:
+    if not run_request_stop(run_id=run.pk, now=now, kill_at=kill_at, reason=reason, only_running=True):
         return False
     job = run.job
     if hold_job:

@@ -16,7 +16,9 @@ What it serves (enough for the Kubernetes executor, not a general apiserver):
 The cluster's controllers and kubelet are played by the test through scripting methods
 (`add_pod`, `set_pod_waiting`, `terminate_pod`, `set_job_condition`,
 `complete_deletions`), so each test states the lifecycle it needs. Suspending a Job marks
-its active pods terminating, as the Job controller does.
+its active pods terminating, as the Job controller does. Or, with `kubelet=FakeKubelet(...)`,
+a Job controller and kubelet run each Job's container as a real local process, signal it on
+pod deletion and report how it ended (see FakeKubelet).
 
 Faults: `fail(method, path_regex, status, times)` answers with a Status error;
 `delay(method, path_regex, seconds, times)` answers late (to trip client timeouts).
@@ -25,15 +27,21 @@ Every request is recorded in `requests` (method, path, query, headers, body).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
+import os
 import re
+import signal
+import subprocess
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -121,16 +129,20 @@ class _ApiError(Exception):
 
 
 class FakeKubernetes:
-    def __init__(self, *, validate_version: str | None = None) -> None:
+    def __init__(self, *, validate_version: str | None = None, kubelet: FakeKubelet | None = None) -> None:
         """`validate_version`: also answer 422 Invalid for a Job that kubernetes-validate
-        (strict) rejects for that cluster version, as an admission check would."""
+        (strict) rejects for that cluster version, as an admission check would.
+        `kubelet`: play the Job controller and kubelet for real (see FakeKubelet) instead of
+        leaving the pod lifecycle to the test's scripting calls."""
         self.validate_version = validate_version
+        self.kubelet = kubelet
         self.store = _Store()
         self.requests: list[RecordedRequest] = []
         self._faults: list[_Fault] = []
         self._lock = threading.RLock()
         self._closing = threading.Event()
         self._resource_version = 1000
+        self._pod_serial = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -146,10 +158,14 @@ class FakeKubernetes:
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
+        if self.kubelet is not None:
+            self.kubelet.attach(self)
         return self
 
     def stop(self) -> None:
         self._closing.set()  # releases handlers sleeping in an injected delay
+        if self.kubelet is not None:
+            self.kubelet.shutdown()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -223,7 +239,8 @@ class FakeKubernetes:
         with self._lock:
             job = self.store.jobs[(namespace, job_name)]
             template = job["spec"]["template"]
-            suffix = hashlib.sha256(f"{job_name}{len(self.store.pods)}".encode()).hexdigest()[:5]
+            self._pod_serial += 1  # never len(pods): a name must not come back after a delete
+            suffix = hashlib.sha256(f"{job_name}{self._pod_serial}".encode()).hexdigest()[:5]
             name = f"{job_name}-{suffix}"
             spec = copy.deepcopy(template["spec"])
             spec["nodeName"] = spec.get("nodeSelector", {}).get("kubernetes.io/hostname", "node-1")
@@ -581,6 +598,11 @@ class FakeKubernetes:
         return 200, template
 
 
+# Called as listener(method, path, query) for every request any fake receives: the deployment
+# tests derive the scheduler's RBAC from what the executor really sends (tests/deploy/).
+REQUEST_LISTENERS: list[Any] = []
+
+
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeKubernetes
     protocol_version = "HTTP/1.1"  # keep-alive, like a real apiserver
@@ -609,6 +631,8 @@ class _Handler(BaseHTTPRequestHandler):
                     body,
                 )
             )
+        for listener in REQUEST_LISTENERS:
+            listener(self.command, parts.path, query)
         fault = fake._take_fault(self.command, parts.path)
         if fault is not None and fault.delay_s and fake._closing.wait(fault.delay_s):
             return  # shutting down
@@ -639,3 +663,293 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _dispatch
+
+
+# -- a Job controller and kubelet that run the container for real ----------------------------
+@dataclass
+class Termination:
+    """What the kubelet reported when a container ended (kept after the pod is gone)."""
+
+    namespace: str
+    pod: str
+    job: str
+    exit_code: int
+    reason: str
+    message: str
+    sigterm_at: float | None  # time.time() of each signal it sent, None if not sent
+    sigkill_at: float | None
+    ended_at: float
+
+
+@dataclass
+class _Container:
+    process: subprocess.Popen
+    log_path: Path
+    termination_path: Path
+    fallback_to_logs: bool
+    job: str = ""
+    sigterm_at: float | None = None
+    sigkill_at: float | None = None
+
+
+class FakeKubelet:
+    """The Job controller and one kubelet, on a background thread, with real processes.
+
+    - Job controller: a Job that is not suspended, not finished and has no pod gets one
+      (from its template); `spec.suspend=true` deletes its pods gracefully (done by the
+      API fake's patch), and unsuspending creates a new pod. backoffLimit 0 is assumed: a
+      failed pod fails the Job.
+    - kubelet: a pod is "pulled" and its container's argv (`command` + `args`) runs as a
+      local process in its own session, with the container's `env` and `workingDir`. Volume
+      mounts are mapped onto directories: a PVC to `volumes[claimName]` (or
+      `volumes[(namespace, claimName)]`) joined with the mount's `subPath`, an emptyDir to a
+      directory of its own under `root`. Paths in argv, env values and workingDir that lie
+      under a mountPath are rewritten to the mapped directory (where the scheduler mounts the
+      volume at the same path as the pods, the mapping is the identity). The container's
+      terminationMessagePath becomes a file under `root`, passed as TERMINATION_LOG (the
+      runner's override of /dev/termination-log).
+    - A pod deleted with a grace period: SIGTERM to the process (PID 1 only, as the kubelet
+      does), SIGKILL to its whole session when the grace (which a later delete may shorten)
+      runs out; grace 0 is SIGKILL at once. When the process has ended the pod is removed.
+    - A container that ends by itself: the pod's container status becomes `terminated` with
+      the exit code (128 + signal for a signal death), reason Completed/Error and the
+      termination message (the file's content, else with FallbackToLogsOnError and a
+      failure the log's tail), the phase Succeeded/Failed, and the Job's counters and
+      conditions follow.
+    - `hold(job_name, reason, message)`: pods of that Job never start; they report the
+      waiting reason (ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...) or,
+      for reason "Unschedulable", a PodScheduled=False condition, as the scheduler does.
+
+    Every container end is recorded in `terminations`. Not modelled: activeDeadlineSeconds,
+    image pulls, resource limits, readOnly mounts (a local process can write anywhere).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        volumes: dict[Any, Path] | None = None,
+        extra_env: dict[str, str] | None = None,
+        inherit_env: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ"),
+        interval_s: float = 0.02,
+    ) -> None:
+        """`extra_env`: added to every container's environment (a test hook, e.g. to slow a
+        tiny training down); `inherit_env`: host variables an image would carry anyway."""
+        self.root = Path(root)
+        self.volumes = dict(volumes or {})
+        self.extra_env = dict(extra_env or {})
+        self.inherit_env = inherit_env
+        self.interval_s = interval_s
+        self.terminations: list[Termination] = []
+        self.pods_created: list[tuple[float, str, str]] = []  # (time.time(), namespace, pod)
+        self._held: dict[str, tuple[str, str]] = {}
+        self._containers: dict[tuple[str, str], _Container] = {}
+        self._fake: FakeKubernetes | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- control ----------------------------------------------------------------------------
+    def attach(self, fake: FakeKubernetes) -> None:
+        self._fake = fake
+        self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for container in self._containers.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(container.process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                container.process.wait(timeout=5)
+
+    def hold(self, job_name: str, reason: str, message: str = "") -> None:
+        """Pods of `job_name` ("*": of every Job) stay Pending with this waiting reason (or
+        Unschedulable) until `release`."""
+        self._held[job_name] = (reason, message)
+
+    def release(self, job_name: str) -> None:
+        self._held.pop(job_name, None)
+
+    def running(self, namespace: str, pod: str) -> bool:
+        container = self._containers.get((namespace, pod))
+        return container is not None and container.process.poll() is None
+
+    def processes(self) -> dict[tuple[str, str], int]:
+        """Live container processes by (namespace, pod): their pids."""
+        return {key: c.process.pid for key, c in list(self._containers.items()) if c.process.poll() is None}
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            fake = self._fake
+            assert fake is not None
+            with fake._lock:
+                self._control_jobs(fake)
+                self._run_pods(fake)
+
+    def _control_jobs(self, fake: FakeKubernetes) -> None:
+        for (namespace, name), job in list(fake.store.jobs.items()):
+            if job["spec"].get("suspend"):
+                continue
+            conditions = {c["type"] for c in job["status"].get("conditions", []) if c.get("status") == "True"}
+            if conditions & {"Complete", "Failed"} or job["status"].get("failed") or job["status"].get("succeeded"):
+                continue
+            if any(
+                p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == name
+                for (ns, _), p in fake.store.pods.items()
+                if ns == namespace
+            ):
+                continue
+            pod = fake.add_pod(namespace, name, phase="Pending")
+            self.pods_created.append((time.time(), namespace, pod))
+
+    def _run_pods(self, fake: FakeKubernetes) -> None:
+        for key, container in list(self._containers.items()):
+            if key not in fake.store.pods:  # force-deleted (grace 0): the object went first
+                if container.sigkill_at is None:
+                    container.sigkill_at = time.time()
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(container.process.pid, signal.SIGKILL)
+                code = container.process.poll()
+                if code is not None:
+                    pod = {"metadata": {"labels": {"batch.kubernetes.io/job-name": container.job}}}
+                    self._finish(fake, key, pod, container, code, deleting=True)
+        for key, pod in list(fake.store.pods.items()):
+            container = self._containers.get(key)
+            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            if container is None:
+                if deleting:  # nothing started: nothing to stop
+                    fake._remove_pod(key)
+                elif pod["status"].get("phase") == "Pending":
+                    self._start_or_hold(fake, key, pod)
+                continue
+            code = container.process.poll()
+            if code is None:
+                if deleting:
+                    self._signal(container, pod)
+                else:
+                    self._refresh_log(fake, key, container)
+                continue
+            self._finish(fake, key, pod, container, code, deleting)
+
+    def _start_or_hold(self, fake: FakeKubernetes, key: tuple[str, str], pod: dict) -> None:
+        job_name = pod["metadata"]["labels"].get("batch.kubernetes.io/job-name", "")
+        held = self._held.get(job_name, self._held.get("*"))
+        if held is not None:
+            reason, message = held
+            if reason == "Unschedulable":
+                if not pod["status"].get("conditions"):
+                    fake.set_pod_unschedulable(key[0], key[1], message)
+            else:
+                waiting = (pod["status"].get("containerStatuses") or [{}])[0].get("state", {}).get("waiting")
+                if waiting != {"reason": reason, "message": message}:
+                    fake.set_pod_waiting(key[0], key[1], reason, message)
+            return
+        if pod["status"].get("conditions") or pod["status"].get("containerStatuses"):
+            pod["status"] = {"phase": "Pending"}  # released: schedule and pull now
+        self._containers[key] = self._spawn(key, pod)
+        fake._set_container(pod, {"running": {"startedAt": _now()}}, ready=True)
+        pod["status"]["phase"] = "Running"
+
+    def _mapped_dirs(self, namespace: str, pod: dict) -> list[tuple[str, Path]]:
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        pod_root = self.root / "pods" / pod["metadata"]["uid"]
+        mapped = []
+        for mount in pod["spec"]["containers"][0].get("volumeMounts", []):
+            volume = volumes[mount["name"]]
+            if "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"]["claimName"]
+                base = self.volumes.get((namespace, claim), self.volumes.get(claim))
+                if base is None:
+                    raise RuntimeError(f"no directory for PVC {namespace}/{claim}")
+                subpath = mount.get("subPath", "")
+                if subpath.startswith("/") or ".." in Path(subpath).parts:
+                    raise RuntimeError(f"bad subPath {subpath!r}")
+                host = Path(base) / subpath
+            else:  # emptyDir and anything else: a directory of the pod's own
+                host = pod_root / "volumes" / mount["name"]
+            host.mkdir(parents=True, exist_ok=True)
+            mapped.append((mount["mountPath"].rstrip("/") or "/", host))
+        return sorted(mapped, key=lambda item: len(item[0]), reverse=True)
+
+    @staticmethod
+    def _map(value: str, mapped: list[tuple[str, Path]]) -> str:
+        for mount_path, host in mapped:
+            if value == mount_path:
+                return str(host)
+            if value.startswith(mount_path + "/"):
+                return str(host) + value[len(mount_path) :]
+        return value
+
+    def _spawn(self, key: tuple[str, str], pod: dict) -> _Container:
+        container = pod["spec"]["containers"][0]
+        mapped = self._mapped_dirs(key[0], pod)
+        pod_root = self.root / "pods" / pod["metadata"]["uid"]
+        pod_root.mkdir(parents=True, exist_ok=True)
+        termination_path = pod_root / "termination-log"
+        termination_path.write_text("")
+        log_path = pod_root / "container.log"
+        env = {name: os.environ[name] for name in self.inherit_env if name in os.environ}
+        env.update({item["name"]: self._map(item.get("value", ""), mapped) for item in container.get("env", [])})
+        env.update(self.extra_env)
+        env["TERMINATION_LOG"] = str(termination_path)
+        argv = [self._map(arg, mapped) for arg in [*container.get("command", []), *container.get("args", [])]]
+        workdir = self._map(container.get("workingDir") or str(pod_root), mapped)
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return _Container(
+            process=process, log_path=log_path, termination_path=termination_path,
+            fallback_to_logs=container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+            job=pod["metadata"]["labels"].get("batch.kubernetes.io/job-name", ""),
+        )
+
+    def _signal(self, container: _Container, pod: dict) -> None:
+        now = time.time()
+        grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+        if container.sigterm_at is None:
+            container.sigterm_at = now
+            if grace > 0:
+                with contextlib.suppress(ProcessLookupError):
+                    container.process.send_signal(signal.SIGTERM)  # PID 1 only
+                return
+        if container.sigkill_at is None and now >= container.sigterm_at + grace:
+            container.sigkill_at = now
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(container.process.pid, signal.SIGKILL)  # the whole container
+
+    def _refresh_log(self, fake: FakeKubernetes, key: tuple[str, str], container: _Container) -> None:
+        with contextlib.suppress(OSError):
+            fake.store.logs[key] = container.log_path.read_text("utf-8", "replace")
+
+    def _finish(
+        self, fake: FakeKubernetes, key: tuple[str, str], pod: dict, container: _Container, code: int, deleting: bool
+    ) -> None:
+        del self._containers[key]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            container.process.wait(timeout=1)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(container.process.pid, signal.SIGKILL)  # the container's leftovers go with it
+        self._refresh_log(fake, key, container)
+        exit_code = code if code >= 0 else 128 - code
+        message = container.termination_path.read_text("utf-8", "replace")[:4096].strip()
+        if not message and container.fallback_to_logs and exit_code != 0:
+            tail = fake.store.logs.get(key, "").splitlines()[-80:]
+            message = "\n".join(tail)[-2048:]
+        reason = "Completed" if exit_code == 0 else "Error"
+        self.terminations.append(
+            Termination(
+                namespace=key[0], pod=key[1], job=pod["metadata"]["labels"].get("batch.kubernetes.io/job-name", ""),
+                exit_code=exit_code, reason=reason, message=message, sigterm_at=container.sigterm_at,
+                sigkill_at=container.sigkill_at, ended_at=time.time(),
+            )
+        )
+        if deleting:  # the status is written, then the object goes (grace over)
+            if key in fake.store.pods:
+                fake._remove_pod(key)
+        else:
+            fake.terminate_pod(key[0], key[1], exit_code, reason=reason, message=message)

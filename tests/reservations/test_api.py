@@ -247,7 +247,9 @@ class TestGpusAndTeams:
     def test_teams_are_scoped_and_show_usage(self, api, people, inventory, future_day):
         rows = api["owner"].get("/api/v1/teams/").json()["results"]
         assert [(row["name"], row["role"]) for row in rows] == [("vision", "member")]
-        assert set(rows[0]["usage"]) == {"month", "quota_gpu_hours", "used_gpu_hours", "remaining_gpu_hours"}
+        assert set(rows[0]["usage"]) == {
+            "month", "quota_gpu_hours", "booked_gpu_hours", "backfill_gpu_hours", "used_gpu_hours", "remaining_gpu_hours",
+        }
         assert [row["name"] for row in api["admin"].get("/api/v1/teams/").json()["results"]] == ["nlp", "vision"]
         assert_error(api["outsider"].get(f"/api/v1/teams/{people['vision'].pk}/"), 404, "not_found")
 

@@ -158,14 +158,14 @@ def test_concurrent_bookings_never_overspend_quota(racers):
     Team.objects.filter(pk=team.pk).update(monthly_gpu_hours=10)
     booked, codes = outcome(race(quota_attempts(racers, team)))
     assert booked == 10 and codes == {"quota_exceeded"}
-    assert selectors.team_month_usage(team=team, now=START)["used_gpu_hours"] == 10.0
+    assert selectors.team_quota_position(team=team, now=START).used_gpu_hours == 10.0
 
 
 def test_negative_control_quota_overspends_without_the_lock(racers, monkeypatch):
     team = racers["teams"][0]
     Team.objects.filter(pk=team.pk).update(monthly_gpu_hours=10)
     monkeypatch.setattr(services, "_lock_booking", lambda **kwargs: None)
-    pause_after(monkeypatch, selectors, "usage_seconds", THREADS, timeout=10)
+    pause_after(monkeypatch, selectors, "team_quota_position", THREADS, timeout=10)
     booked, _ = outcome(race(quota_attempts(racers, team)))
     assert booked > 10
-    assert selectors.team_month_usage(team=team, now=START)["used_gpu_hours"] > 10
+    assert selectors.quota_positions(teams=[team], now=START)[team.pk].used_gpu_hours > 10  # not the paused one

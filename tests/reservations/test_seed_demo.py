@@ -14,6 +14,7 @@ from training.models import TrainingJob
 @pytest.mark.django_db
 def test_seed_demo_is_complete_and_idempotent(settings, tmp_path):
     settings.VAR_DIR = tmp_path
+    settings.DEBUG = True  # seed_demo refuses otherwise (tests/deploy/test_settings.py)
     settings.GPUBOOK_DATA_ROOTS = [str(tmp_path / "datasets" / "{team}"), str(tmp_path / "datasets" / "shared")]
     call_command("seed_demo", stdout=io.StringIO())
     counts = (Node.objects.count(), Gpu.objects.count(), Reservation.objects.count(), TrainingJob.objects.count())

@@ -14,10 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import simulate
-from scheduler.engine import Simulation, SimulationConfig
-from scheduler.simulate import POLICY_NAMES, policy_for
-from scheduler.workload import TraceJob, build_workload, make_gpus
+from scheduler.sim import cli as simulate
+from scheduler.sim.engine import Simulation, SimulationConfig
+from scheduler.sim.policies import POLICY_NAMES, policy_for
+from scheduler.sim.replay import fresh_jobs
+from scheduler.sim.trace import TraceJob
+from scheduler.sim.workload import build_workload, make_gpus
 
 GPUS_PER_NODE = 4
 SLOT_S = 1800.0
@@ -46,10 +48,12 @@ def _simulate(trace, *, policy_name, nodes, share, seed, restart_overhead_s=60.0
     config = SimulationConfig(
         gpus=gpus, policy=policy, restart_overhead_s=restart_overhead_s,
         team_quota_gpu_s={"vision": 1e9, "speech": 1e9, "unassigned": 1e9},
-        use_estimator=policy.use_estimates, record_actions=True,
+        use_estimator=policy.use_estimates and policy_name != "easy", record_actions=True,
     )
     bookings = () if policy_name == "fifo" else workload.bookings
-    jobs = simulate._fresh_jobs(workload, without_bookings=policy_name == "fifo")
+    jobs = fresh_jobs(
+        workload, without_bookings=policy_name == "fifo", exact_estimates=policy_name == "easy"
+    )
     return workload, Simulation(config, jobs, bookings).run()
 
 
@@ -83,7 +87,7 @@ def test_backfill_is_preempted_with_grace_and_resumes():
     gpus = make_gpus(4, 4)
     workload = build_workload(trace, gpus=gpus, gpus_per_node=4, reservation_share=0.0,
                               slot_s=SLOT_S, grace_s=60.0, seed=1)
-    from scheduler.engine import Booking, SimJob
+    from scheduler.sim.engine import Booking, SimJob
 
     jobs = [SimJob(1, "ann", "vision", 4, 0.0, 20_000.0, checkpointable=True),
             SimJob(2, "bob", "speech", 4, 10_800.0, 1_000.0, booking_id=1)]

@@ -69,4 +69,4 @@ def test_booked_yolo_job_trains_reports_and_finishes(live_server, settings, tmp_
     names = set(Artifact.objects.filter(run=run).values_list("name", flat=True))
     assert {"best.pt", "last.pt", "results.csv"} <= names
     best = Artifact.objects.get(run=run, name="best.pt")
-    assert (tmp_path / "runs" / f"job-{job.pk}" / best.path).stat().st_size == best.size_bytes
+    assert (tmp_path / "runs" / "vision" / f"job-{job.pk}" / best.path).stat().st_size == best.size_bytes

@@ -96,9 +96,10 @@ def wait_for(predicate, what: str, timeout: float = 20.0):
 
 
 def log_of(world, run) -> str:
-    from training.executors.base import Handle, run_name
+    from training.run_state import run_handle
 
-    return world["executor"].log_tail(Handle(run_id=run.pk, name=run_name(run.pk), executor="local"))
+    run.refresh_from_db()
+    return world["executor"].log_tail(run_handle(run))
 
 
 def ended(world, run):

@@ -141,6 +141,9 @@ def running(inventory, people, settings):
     job = make_job(user=people["owner"], team=people["vision"], submitted_at=START - H, state="running")
     run = make_run(job=job, gpus=inventory["b"], started_at=START, kind=Run.Kind.BACKFILL,
                    must_end_by=START + 10 * H)
+    # As the local executor's start() would have returned it (reconcile stores it).
+    run.handle = {"run_id": run.pk, "name": f"gpubook-run-{run.pk}", "executor": "local", "namespace": None, "uid": None}
+    run.save(update_fields=["handle"])
     return run
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import math
 import os
@@ -80,10 +81,17 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Fa-f-]{8,64}$")
-# Waiting reasons after which a pod will not start without someone changing something.
-STUCK_REASONS = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
-)
+# Why a pod will not start without someone changing something (a container's waiting
+# reason, or the scheduler's PodScheduled reason), and how to say so. Past the patience
+# (KubernetesConfig.stuck_patience_s) observe reports such a run as failed, in these words.
+STUCK_REASONS: Mapping[str, str] = {
+    "ErrImagePull": "image {image} could not be pulled: {message}",
+    "ImagePullBackOff": "image {image} could not be pulled: {message}",
+    "InvalidImageName": "image {image} is not a valid image name: {message}",
+    "CreateContainerConfigError": "the container could not be configured: {message}",
+    "CreateContainerError": "the container could not be created: {message}",
+    "Unschedulable": "no node can take the pod: {message}",
+}
 
 T = TypeVar("T")
 
@@ -94,10 +102,20 @@ class KubernetesConfig:
     namespace_template: str = "gpubook-{team}"  # or one fixed namespace for every team
     instance: str = "default"  # label value separating two gpubook deployments on a cluster
     data_pvc: str | None = "gpubook-data"  # per namespace; mounted read-only
-    data_mount_path: str = "/data"
+    data_mount_path: str = "/data"  # where the data volume's root would be
+    # The parts of the data volume a team's pods see (read-only), each mounted at
+    # data_mount_path/<part>; "{team}" is the team's directory name (team_dir).
+    data_subpaths: tuple[str, ...] = ("{team}",)
     runs_pvc: str | None = "gpubook-runs"  # per namespace; checkpoints and outputs
+    # Where the runs volume's root would be. A pod mounts only its team's part of it
+    # (subPath team_dir(team)) at runs_mount_path/team_dir(team); a run's output_dir must
+    # lie there, so other teams' checkpoints, spec files and report tokens are unreachable.
     runs_mount_path: str = "/runs"
     shm_size_limit: str = "16Gi"  # /dev/shm; counts toward the pod's memory
+    tmp_size_limit: str = "8Gi"  # /tmp (HOME, YOLO_CONFIG_DIR); the pod is evicted past it
+    default_memory: str | None = "32Gi"  # request = limit when the job names none
+    # imagePullSecrets by team (team_dir) or "*" for every team: Secrets in the team's namespace.
+    image_pull_secrets: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     run_as_user: int = 1000
     run_as_group: int = 1000
     fs_group: int = 1000
@@ -112,6 +130,7 @@ class KubernetesConfig:
     dra_device_class: str = "gpu.nvidia.com"
     watch_namespaces: tuple[str, ...] = ()  # always observed, on top of observe(teams=...)
     all_namespaces: bool = False  # observe cluster-wide (needs a ClusterRole to list)
+    stuck_patience_s: float = 180.0  # see STUCK_REASONS
     request_timeout_s: float = 10.0
     retries: int = 2  # extra attempts after a timeout, connection error, 5xx or 429
     retry_backoff_s: float = 0.5  # doubled on each retry
@@ -140,6 +159,23 @@ def label_value(text: str) -> str:
     cleaned = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)[:56]
     cleaned = re.sub(r"[^A-Za-z0-9]+$", "", cleaned)
     return f"{cleaned}-{_short_hash(text)}" if cleaned else _short_hash(text)
+
+
+_SAFE_DIR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+
+
+def team_dir(team: str) -> str:
+    """The team's directory on the runs and data volumes: its slug when that is a safe path
+    component (slugs are), else a DNS label of it."""
+    return team if _SAFE_DIR.match(team) else dns_label(team)
+
+
+def pull_secrets_for(team: str, config: KubernetesConfig) -> tuple[str, ...]:
+    names = [*config.image_pull_secrets.get("*", ()), *config.image_pull_secrets.get(team_dir(team), ())]
+    for name in names:
+        if len(name) > 253 or not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", name):
+            raise ValueError(f"bad imagePullSecret name {name!r}")
+    return tuple(dict.fromkeys(names))
 
 
 def namespace_for(team: str, config: KubernetesConfig) -> str:
@@ -198,6 +234,15 @@ def run_labels(spec: RunSpec, config: KubernetesConfig) -> dict[str, str]:
     return labels
 
 
+def _join(root: str, part: str) -> str:
+    return f"{root.rstrip('/')}/{part}" if part else root
+
+
+def _under(path: str, directory: str) -> bool:
+    normal = os.path.normpath(path)
+    return normal == directory or normal.startswith(directory.rstrip("/") + "/")
+
+
 def deadline_seconds(spec: RunSpec, now: datetime) -> int:
     """Seconds from `now` to `must_end_by`, rounded up; the Job's activeDeadlineSeconds."""
     if now.tzinfo is None:
@@ -225,23 +270,31 @@ def build_job_manifest(spec: RunSpec, config: KubernetesConfig, now: datetime) -
         resources.setdefault("limits", {})[config.gpu_resource_name] = str(spec.gpu_count)
     if spec.cpu:
         resources.setdefault("requests", {})["cpu"] = spec.cpu  # no CPU limit: no throttling
-    if spec.memory:
-        resources.setdefault("requests", {})["memory"] = spec.memory
-        resources.setdefault("limits", {})["memory"] = spec.memory
+    memory = spec.memory or config.default_memory
+    if memory:
+        resources.setdefault("requests", {})["memory"] = memory
+        resources.setdefault("limits", {})["memory"] = memory
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": config.shm_size_limit}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": config.tmp_size_limit}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108
         {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108
     ]
-    if config.data_pvc:
+    team_part = team_dir(spec.team)
+    if config.data_pvc and config.data_subpaths:
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": config.data_pvc, "readOnly": True}})
-        mounts.append({"name": "data", "mountPath": config.data_mount_path, "readOnly": True})
+        for part in dict.fromkeys(subpath.replace("{team}", team_part) for subpath in config.data_subpaths):
+            mounts.append(
+                {"name": "data", "mountPath": _join(config.data_mount_path, part), "subPath": part, "readOnly": True}
+            )
     if config.runs_pvc:
+        team_runs = _join(config.runs_mount_path, team_part)
+        if spec.output_dir and not _under(spec.output_dir, team_runs):
+            raise ValueError(f"{spec.name}: output_dir {spec.output_dir} is outside its team's runs part {team_runs}")
         volumes.append({"name": "runs", "persistentVolumeClaim": {"claimName": config.runs_pvc}})
-        mounts.append({"name": "runs", "mountPath": config.runs_mount_path})
+        mounts.append({"name": "runs", "mountPath": team_runs, "subPath": team_part})
 
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
@@ -282,6 +335,9 @@ def build_job_manifest(spec: RunSpec, config: KubernetesConfig, now: datetime) -
     }
     if config.service_account_name:
         pod_spec["serviceAccountName"] = config.service_account_name
+    pull_secrets = pull_secrets_for(spec.team, config)
+    if pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     if config.priority_class_name:
         pod_spec["priorityClassName"] = config.priority_class_name
     if config.dra and spec.gpu_count:
@@ -435,10 +491,13 @@ class KubernetesExecutor:
         *,
         client_configuration: Any = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """`client_configuration`: a kubernetes.client.Configuration (the factory loads
-        kubeconfig or the in-cluster config); None loads one of those lazily."""
+        kubeconfig or the in-cluster config); None loads one of those lazily. `clock`: what
+        stuck pods' patience is measured with, against the cluster's creation timestamps."""
         self.config = config
+        self._clock = clock
         self._client_configuration = client_configuration
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -678,7 +737,7 @@ class KubernetesExecutor:
                 pods += self._call(
                     f"list pods in {namespace}", core.list_namespaced_pod, namespace, label_selector=label_selector
                 ).items
-        return observe_from(jobs, pods, self.kind)
+        return observe_from(jobs, pods, self.kind, now=self._clock(), stuck_patience_s=self.config.stuck_patience_s)
 
     def log_tail(self, handle: Handle, lines: int = 200) -> str:
         from kubernetes.client.exceptions import ApiException
@@ -719,8 +778,41 @@ def _run_id_of(obj: Any) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def observe_from(jobs: Iterable[Any], pods: Iterable[Any], kind: str = "kubernetes") -> list[ObservedRun]:
-    """Group Jobs and pods by run and interpret each run; pure, for tests and reconcile."""
+def stuck_reason(pods: list[Any], now: datetime, patience_s: float) -> str | None:
+    """The sentence saying why the run's pod has not started, once it has been stuck (image
+    pull, container config, Unschedulable) for `patience_s` since the pod was created; else None."""
+    pods = sorted(pods, key=_pod_sort_key)
+    pod = pods[-1] if pods else None
+    if pod is None or _attr(pod, "metadata", "deletion_timestamp") is not None:
+        return None
+    if _attr(pod, "status", "phase") not in (None, "Pending"):
+        return None
+    reason = message = None
+    waiting = _attr(_train_container_status(pod), "state", "waiting")
+    since = _attr(pod, "metadata", "creation_timestamp")
+    if waiting is not None and waiting.reason in STUCK_REASONS:
+        reason, message = waiting.reason, waiting.message
+    for condition in _attr(pod, "status", "conditions") or []:
+        scheduled = condition.type == "PodScheduled" and condition.status == "False"
+        if reason is None and scheduled and condition.reason in STUCK_REASONS:
+            reason, message = condition.reason, condition.message
+    if reason is None or since is None or (now - since).total_seconds() < patience_s:
+        return None
+    containers = _attr(pod, "spec", "containers") or []
+    image = next((c.image for c in containers if c.name == CONTAINER_NAME), "?")
+    return STUCK_REASONS[reason].format(image=image, message=(message or reason).strip())
+
+
+def observe_from(
+    jobs: Iterable[Any],
+    pods: Iterable[Any],
+    kind: str = "kubernetes",
+    *,
+    now: datetime | None = None,
+    stuck_patience_s: float | None = None,
+) -> list[ObservedRun]:
+    """Group Jobs and pods by run and interpret each run; pure, for tests and reconcile.
+    With `now` and `stuck_patience_s`, a run whose pod is stuck past the patience is FAILED."""
     by_run: dict[int, tuple[Any, list[Any], str]] = {}
     for job in jobs:
         run_id = _run_id_of(job)
@@ -735,6 +827,10 @@ def observe_from(jobs: Iterable[Any], pods: Iterable[Any], kind: str = "kubernet
     observed = []
     for run_id, (job, run_pods, namespace) in sorted(by_run.items()):
         state, exit_code, reason, detail = interpret(job, run_pods)
+        if state is RunState.RUNNING and now is not None and stuck_patience_s is not None:
+            stuck = stuck_reason(run_pods, now, stuck_patience_s)
+            if stuck is not None:
+                state, detail = RunState.FAILED, stuck
         uid = _attr(job, "metadata", "uid")
         handle = Handle(run_id=run_id, name=run_name(run_id), executor=kind, namespace=namespace, uid=uid)
         observed.append(

@@ -57,6 +57,18 @@ BATCH_DELAY_ENV = "GPUBOOK_RUNNER_BATCH_DELAY_S"
 REPORT_FLUSH_ON_STOP_S = 2.0  # a stop has a deadline; do not spend it on reports
 REPORT_FLUSH_ON_END_S = 5.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ENGINE_NEEDS_CUDA = "engine (TensorRT) export needs a CUDA GPU and this run has none"
+# What each export format leaves next to best.pt (OpenVINO's folder is zipped: _zip_folder).
+EXPORT_SUFFIXES = {
+    "onnx": ".onnx",
+    "torchscript": ".torchscript",
+    "engine": ".engine",
+    "openvino": "_openvino_model.zip",
+}
+
+
+def export_target(source: Path, fmt: str) -> Path:
+    return source.with_name(source.stem + EXPORT_SUFFIXES[fmt])
 
 
 def run(spec: RunSpec, out: IO[str]) -> int:
@@ -284,8 +296,20 @@ class Runner:
         )
 
     def _export(self, source: Path, fmt: str) -> Path | None:
-        existing = {"onnx": ".onnx", "torchscript": ".torchscript", "engine": ".engine"}[fmt]
-        target = source.with_suffix(existing)
+        """One export format; a failure is reported and the run still succeeds with the rest.
+
+        OpenVINO writes a folder; it is zipped into ``best_openvino_model.zip`` so that every
+        export is one artifact with one checksum."""
+        if fmt == "engine" and self.spec.device == "cpu":
+            # TensorRT builds an engine for the GPU it runs on; there is none here.
+            self._emit(
+                "export",
+                epoch=self.epochs,
+                detail={"format": fmt, "ok": False, "error": ENGINE_NEEDS_CUDA},
+            )
+            self._warn(f"engine export skipped: {ENGINE_NEEDS_CUDA}")
+            return None
+        target = export_target(source, fmt)
         if target.is_file() and target.stat().st_mtime >= source.stat().st_mtime:
             self._emit(
                 "export",
@@ -301,9 +325,11 @@ class Runner:
         from ultralytics import YOLO
 
         started = time.monotonic()
-        device = "cpu" if fmt != "engine" or self.spec.device == "cpu" else str(self.spec.device[0])
+        device = "cpu" if fmt != "engine" else str(self.spec.device[0])
         try:
             path = Path(YOLO(str(source)).export(format=fmt, imgsz=self.spec.imgsz, device=device))
+            if path.is_dir():
+                path = _zip_folder(path, target)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             self._emit(
@@ -541,6 +567,19 @@ def _clean(exc: BaseException) -> str:
     text = _ANSI.sub("", str(exc))
     text = " ".join(text.split())
     return text[:600]
+
+
+def _zip_folder(folder: Path, target: Path) -> Path:
+    """Zip an export folder into ``target`` (written under a temporary name, then renamed)."""
+    import zipfile
+
+    partial = target.with_name(target.name + ".partial")
+    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for file in sorted(folder.rglob("*")):
+            if file.is_file():
+                archive.write(file, arcname=(Path(folder.name) / file.relative_to(folder)).as_posix())
+    partial.replace(target)
+    return target
 
 
 def _round(value: float | None) -> float | None:

@@ -1,8 +1,9 @@
 import datetime as dt
 import random
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from config.errors import DomainError
@@ -21,7 +22,20 @@ DEMO_PURPOSES = ["yolov8n sweep", "detector fine-tune", "ablation", "eval run"]
 class Command(BaseCommand):
     help = "Create demo nodes, GPUs, teams, users and a week of bookings (idempotent)."
 
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--i-know",
+            action="store_true",
+            help="seed even with DEBUG=false (it creates admin / gpubook-demo: never on a real server)",
+        )
+
     def handle(self, *args, **options):
+        # The demo logins have a published password: a production database must never get them.
+        if not settings.DEBUG and not options["i_know"]:
+            raise CommandError(
+                "seed_demo creates users with the published password 'gpubook-demo' and refuses to run "
+                "with DEBUG=false. Use DEBUG=true (make run), or pass --i-know on a throwaway instance."
+            )
         now = timezone.now()
         for name, model, memory in [("gpu-a", "NVIDIA A100-SXM4-80GB", 81920), ("gpu-b", "NVIDIA L40S", 46068)]:
             inventory_register(

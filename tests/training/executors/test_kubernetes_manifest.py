@@ -41,8 +41,8 @@ SPECS = {
         gpu_indices=(3,),
         cpu="8",
         memory="32Gi",
-        workdir="/runs",
-        output_dir="/runs/v/7",
+        workdir="/runs/vision",
+        output_dir="/runs/vision/job-7",
         env={"WANDB_MODE": "offline"},
         labels={"example.com/tier": "b"},
     ),
@@ -159,7 +159,7 @@ def test_gpus_are_a_count_pinned_to_the_node_never_device_ids():
     manifest = build_job_manifest(make_spec(gpu_indices=(2, 5)), CONFIG, NOW)
     pod = manifest["spec"]["template"]["spec"]
     [container] = pod["containers"]
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-3"}
     text = json.dumps(manifest)
     assert "NVIDIA_VISIBLE_DEVICES" not in text
@@ -169,6 +169,11 @@ def test_gpus_are_a_count_pinned_to_the_node_never_device_ids():
 
 def test_cpu_only_requests_no_gpu():
     [container] = build_job_manifest(make_spec(gpu_indices=()), CONFIG, NOW)["spec"]["template"]["spec"]["containers"]
+    assert container["resources"] == {"requests": {"memory": "32Gi"}, "limits": {"memory": "32Gi"}}
+    no_default = replace(CONFIG, default_memory=None)
+    [container] = build_job_manifest(make_spec(gpu_indices=()), no_default, NOW)["spec"]["template"]["spec"][
+        "containers"
+    ]
     assert container["resources"] == {}
 
 
@@ -220,10 +225,11 @@ def test_volumes_data_read_only_runs_writable_shm_in_memory():
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "gpubook-data", "readOnly": True}
-    assert mounts["data"] == {"name": "data", "mountPath": "/data", "readOnly": True}
+    assert mounts["data"] == {"name": "data", "mountPath": "/data/vision", "subPath": "vision", "readOnly": True}
     assert volumes["runs"]["persistentVolumeClaim"] == {"claimName": "gpubook-runs"}
-    assert mounts["runs"] == {"name": "runs", "mountPath": "/runs"}
+    assert mounts["runs"] == {"name": "runs", "mountPath": "/runs/vision", "subPath": "vision"}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "8Gi"}
     assert mounts["dshm"]["mountPath"] == "/dev/shm"
     assert mounts["tmp"]["mountPath"] == "/tmp"
 
@@ -331,7 +337,8 @@ def test_dra_pins_uuids_through_a_claim_template():
     pod = job["spec"]["template"]["spec"]
     assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "gpubook-run-42-gpus"}]
     [container] = pod["containers"]
-    assert container["resources"] == {"claims": [{"name": "gpus"}]}  # no nvidia.com/gpu too
+    assert container["resources"]["claims"] == [{"name": "gpus"}]
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]  # not both
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-3"}
 
 

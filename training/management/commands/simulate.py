@@ -1,10 +1,10 @@
-"""`python manage.py simulate`: the trace-replay simulator (scheduler.simulate) under Django's
-command runner. All options are the simulator's own (`python -m scheduler.simulate -h`), so
+"""`python manage.py simulate`: the trace-replay simulator (scheduler.sim) under Django's
+command runner. All options are the simulator's own (`python -m scheduler.sim -h`), so
 this command hands argv over untouched instead of declaring them twice."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler import simulate
+from scheduler.sim import cli as simulate
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """Event-driven simulation of a gpubook cluster: a simulated clock and executor around the
 very same `plan()` that reconcile calls.
 
-Pure and deterministic: no I/O and no wall clock (the CLI in `scheduler.simulate` times
+Pure and deterministic: no I/O and no wall clock (the CLI in `scheduler.sim.cli` times
 it). Time is float seconds of trace time. The loop:
 
 1. pop every event due at the next instant (job submissions, bookings becoming visible,
@@ -30,6 +30,7 @@ from enum import IntEnum
 from scheduler.actions import Action, Kill, Reason, Release, Start, Stop
 from scheduler.estimate import estimate_from_recent, grown_estimate, size_class
 from scheduler.fair_share import decayed_gpu_seconds
+from scheduler.index import IndexCache
 from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
 from scheduler.snapshot import (
@@ -194,6 +195,8 @@ class Simulation:
         self._constant_teams: tuple[TeamAccount, ...] | None = None
         self.reservation_ends: list[tuple[float, int]] = []
         self._reservations_tuple: tuple[Reservation, ...] | None = None
+        # The simulator's own memo of plan's indexes (keyed on the tuples it keeps).
+        self.index_cache = IndexCache()
 
     # ----- events
 
@@ -359,7 +362,9 @@ class Simulation:
     def _plan_at(self, now_s: float) -> None:
         next_wakeup = None
         for _ in range(MAX_PLANS_PER_INSTANT):
-            result = plan_detailed(self.snapshot(now_s), now_s, self.policy)
+            result = plan_detailed(
+                self.snapshot(now_s), now_s, self.policy, cache=self.index_cache
+            )
             self.result.plan_calls += 1
             next_wakeup = result.next_wakeup
             freed = False

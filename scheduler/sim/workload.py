@@ -22,7 +22,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from scheduler.engine import Booking, SimJob
+from scheduler.sim.engine import Booking, SimJob
+from scheduler.sim.trace import TraceJob
 from scheduler.snapshot import Gpu, Id
 
 CHECKPOINTABLE_SHARE = 0.75
@@ -30,17 +31,6 @@ BOOKING_LEAD_MIN_S = 3600.0
 BOOKING_LEAD_MAX_S = 48 * 3600.0
 MAX_BOOKING_SHIFT_S = 7 * 86400.0
 UNASSIGNED_TEAM = "unassigned"
-
-
-@dataclass(frozen=True, slots=True)
-class TraceJob:
-    job_id: int
-    user: str
-    group: str
-    submit_s: float
-    duration_s: float
-    gpus: int
-    status: str
 
 
 @dataclass(frozen=True, slots=True)

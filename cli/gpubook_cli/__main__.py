@@ -1,0 +1,3 @@
+from gpubook_cli.main import cli
+
+cli(prog_name="gpubook")

@@ -1,0 +1,182 @@
+"""Making the OpenAPI schema as exact as the API, so a client generated from it works.
+
+drf-spectacular infers most of the schema; what it cannot see is described here, in one place,
+without touching the views: the aware date-time field, the hand-written APIViews' bodies, the
+path ids' integer range, the list filters' enums and formats, the fields every response always
+carries, and the one error shape (`{"code", "detail", …}`) of every 4xx (DESIGN.md "Errors").
+Extensions register on import; settings name `postprocess` as a hook, which imports this module."""
+
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension, OpenApiViewExtension
+from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers
+
+MAX_ID = 2**63 - 1
+DATE_TIME = {"type": "string", "format": "date-time"}
+
+
+class AwareDateTimeFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = "reservations.serializers.AwareDateTimeField"
+
+    def map_serializer_field(self, auto_schema, direction):
+        return {**DATE_TIME, "description": "RFC 3339 / ISO-8601 date-time with a UTC offset, e.g. "
+                                            "2026-12-01T09:00:00+01:00; a time without an offset is refused."}
+
+
+class _TimeWindow(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+
+
+AVAILABILITY = inline_serializer(
+    "Availability",
+    {
+        "gpus": serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID)),
+        "from": serializers.DateTimeField(),
+        "to": serializers.DateTimeField(),
+        "free": _TimeWindow(many=True),
+    },
+)
+
+
+def _replace(target: type, **methods) -> type:
+    """A subclass of a view with schema annotations on some methods; the view itself is untouched."""
+    return extend_schema_view(**methods)(type(target.__name__, (target,), {"__module__": target.__module__}))
+
+
+class TokenViewSchema(OpenApiViewExtension):
+    target_class = "reservations.api.TokenView"
+
+    def view_replacement(self):
+        return _replace(self.target_class, post=extend_schema(
+            request=inline_serializer("TokenCredentials", {
+                "username": serializers.CharField(), "password": serializers.CharField(),
+            }),
+            responses={200: inline_serializer("Token", {"token": serializers.CharField(min_length=40, max_length=40)})},
+            auth=[],
+        ))
+
+
+class NodeAvailabilitySchema(OpenApiViewExtension):
+    target_class = "reservations.api.NodeAvailabilityView"
+
+    def view_replacement(self):
+        return _replace(self.target_class, get=extend_schema(responses={200: AVAILABILITY}))
+
+
+class GpuViewSetSchema(OpenApiViewExtension):
+    target_class = "reservations.api.GpuViewSet"
+
+    def view_replacement(self):
+        return _replace(self.target_class, availability=extend_schema(responses={200: AVAILABILITY}))
+
+
+class RunViewSetSchema(OpenApiViewExtension):
+    target_class = "training.api.RunViewSet"
+
+    def view_replacement(self):
+        return _replace(self.target_class, log=extend_schema(responses={200: inline_serializer("RunLog", {
+            "run": serializers.IntegerField(min_value=1, max_value=MAX_ID),
+            "log": serializers.CharField(allow_blank=True, help_text="The last 200 lines, as the process wrote them."),
+        })}))
+
+
+class RunReportSchema(OpenApiViewExtension):
+    target_class = "training.api.RunReportView"
+
+    def view_replacement(self):
+        from training.services import PROGRESS_EVENTS
+
+        return _replace(self.target_class, post=extend_schema(
+            request=inline_serializer("RunReport", {
+                "event": serializers.ChoiceField(choices=sorted(PROGRESS_EVENTS)),
+                "epoch": serializers.IntegerField(min_value=0, required=False, allow_null=True),
+                "metrics": serializers.DictField(required=False),
+                "detail": serializers.DictField(required=False),
+            }),
+            responses={202: inline_serializer("ReportAccepted", {"accepted": serializers.BooleanField()})},
+            auth=[{"runToken": []}],
+        ))
+
+
+# --- the postprocessing hook -------------------------------------------------------------------
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "description": "Every API error: a machine code, a sentence for people, and details where they help "
+                   "(`conflicts` for a slot conflict, `problems` for a job spec, `fields` for invalid input).",
+    "properties": {
+        "code": {"type": "string", "example": "slot_conflict"},
+        "detail": {"type": "string", "example": "The requested time collides with 1 existing booking(s): …"},
+        "conflicts": {"type": "array", "items": {"type": "object"}},
+        "problems": {"type": "array", "items": {
+            "type": "object", "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
+            "required": ["field", "problem"],
+        }},
+        "fields": {"type": "object"},
+    },
+    "required": ["code", "detail"],
+    "additionalProperties": True,
+}
+ERROR_DESCRIPTIONS = {
+    "400": "Invalid input", "401": "Not authenticated", "403": "Not permitted", "404": "Not found",
+    "409": "Conflict: the slot is taken, the quota is exhausted, or the state does not allow it",
+    "429": "Rate limited",
+}
+WRITE_METHODS = {"post", "put", "patch", "delete"}
+
+
+def _query_enums() -> dict[tuple[str, str], list[str]]:
+    from reservations.models import Reservation
+    from training.models import TrainingJob
+
+    return {
+        ("/api/v1/reservations/", "status"): [value for value, _ in Reservation.Status.choices],
+        ("/api/v1/jobs/", "state"): [value for value, _ in TrainingJob.State.choices],
+    }
+
+
+def postprocess(result, generator, request, public):
+    """Add what inference cannot know; see the module docstring."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = ERROR_SCHEMA
+    result["components"].setdefault("securitySchemes", {})["runToken"] = {
+        "type": "http", "scheme": "bearer", "description": "The per-run token the runner is given.",
+    }
+    enums = _query_enums()
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            for parameter in operation.get("parameters", []):
+                _tighten_parameter(path, parameter, enums)
+            statuses = {"400", "404", "429"}
+            if any(operation.get("security") or []):  # absent or [{}]: open to anyone
+                statuses |= {"401", "403"}
+            if method in WRITE_METHODS:
+                statuses.add("409")
+            responses = operation.setdefault("responses", {})
+            for status in sorted(statuses):
+                responses.setdefault(status, {
+                    "description": ERROR_DESCRIPTIONS[status],
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                })
+    for name, schema in schemas.items():
+        # A response object always carries every field it declares; request shapes keep their own list.
+        if name == "Error" or name.endswith("Request") or name.startswith("Patched") or "properties" not in schema:
+            continue
+        schema["required"] = sorted(schema["properties"])
+    return result
+
+
+def _tighten_parameter(path: str, parameter: dict, enums: dict) -> None:
+    schema = parameter.setdefault("schema", {})
+    name = parameter.get("name")
+    if parameter.get("in") == "path" and name in {"id", "pk"}:
+        parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+    elif parameter.get("in") == "query":
+        if name in {"from", "to"}:
+            parameter["schema"] = {**DATE_TIME}
+        elif name in {"gpu", "team"} and schema.get("type") == "integer":
+            schema.update(minimum=1, maximum=MAX_ID)
+        elif (path, name) in enums:
+            parameter["schema"] = {"type": "string", "enum": enums[(path, name)]}

@@ -1,0 +1,170 @@
+"""Metrics of one replay, measured over the trace window (first to last submission):
+
+* `utilization`: busy GPU-time / (capacity × window); `utilization_of_offered`: busy GPU-time
+  / min(capacity × window, offered), where offered is the GPU-time of the window's jobs
+  that could run inside the window (each job from its submission to the window's end).
+* `goodput`: GPU-time that advanced jobs (no restart overhead, no lost work) / capacity.
+* `wait_*`: first start − submit of queued jobs (bookings excluded; for fifo, booked jobs
+  are excluded too so all three measure the same jobs); `slowdown_mean`: bounded slowdown
+  (response / max(duration, 10 s)); `jain_fairness`: Jain's index over users' mean slowdown.
+* `preemptions`: runs stopped or killed before their job finished, except at the end of
+  their own slot; `reservations_honoured`: bookings whose job started at the booked start
+  (fifo: the job started when its booking would have begun); `quota_violations`: teams
+  whose charge exceeded their quota; `unplaceable_jobs`: jobs larger than the cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from scheduler.actions import Reason
+from scheduler.sim.engine import SimulationResult
+from scheduler.sim.workload import Workload
+from scheduler.snapshot import RunKind
+
+SLOWDOWN_BOUND_S = 10.0
+SERIES_BIN_S = 3600.0
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(math.ceil(fraction * len(ordered)) - 1, 0)
+    return float(ordered[rank])
+
+
+def jain_index(values: Sequence[float]) -> float:
+    if not values:
+        return 1.0
+    total = sum(values)
+    squares = sum(value * value for value in values)
+    return total * total / (len(values) * squares) if squares else 1.0
+
+
+def _overlap(start: float, end: float, window_start: float, window_end: float) -> float:
+    return max(0.0, min(end, window_end) - max(start, window_start))
+
+
+def compute_metrics(
+    result: SimulationResult,
+    workload: Workload,
+    *,
+    policy_name: str,
+    gpus_total: int,
+    window: tuple[float, float],
+    quotas: dict[str, float],
+    wall_s: float,
+) -> dict[str, float | int]:
+    window_start, window_end = window
+    window_length = max(window_end - window_start, 1.0)
+    capacity_gpu_s = gpus_total * window_length
+    busy = useful = 0.0
+    preemptions = 0
+    for record in result.run_records:
+        overlap = _overlap(record.start_s, record.end_s, window_start, window_end)
+        busy += record.gpus * overlap
+        length = record.end_s - record.start_s
+        if length > 0:
+            useful += record.gpus * overlap * (record.useful_s / length)
+        if record.how != "completed" and not (
+            record.kind == RunKind.RESERVED and record.how in ("checkpointed", "killed")
+        ):
+            preemptions += 1
+    offered = sum(
+        job.gpus * min(job.duration_s, max(window_end - job.submit_s, 0.0))
+        for job in workload.jobs
+        if window_start <= job.submit_s <= window_end
+    )
+
+    booked_job_ids = {booking.job_id for booking in workload.bookings}
+    waits: list[float] = []
+    slowdowns_by_user: dict[str, list[float]] = {}
+    slowdowns: list[float] = []
+    for job in result.jobs.values():
+        if job.id in booked_job_ids or job.first_start_s is None:
+            continue
+        waits.append(job.first_start_s - job.submit_s)
+        if job.completed_s is not None:
+            slowdown = max(
+                (job.completed_s - job.submit_s) / max(job.duration_s, SLOWDOWN_BOUND_S), 1.0
+            )
+            slowdowns.append(slowdown)
+            slowdowns_by_user.setdefault(job.user, []).append(slowdown)
+
+    if policy_name == "fifo":
+        honoured = sum(
+            1
+            for booking in workload.bookings
+            if result.jobs[booking.job_id].first_start_s is not None
+            and result.jobs[booking.job_id].first_start_s <= booking.start_s + 1e-6
+        )
+    else:
+        honoured = sum(
+            1
+            for booking in workload.bookings
+            if result.reserved_start_s.get(booking.id, math.inf) <= booking.start_s + 1e-6
+        )
+    unplaceable = sum(1 for job in result.jobs.values() if job.gpus > gpus_total)
+    violations = sum(
+        1 for team, charge in result.team_charges_gpu_s.items() if charge > quotas.get(team, 0)
+    )
+    user_means = [sum(values) / len(values) for values in slowdowns_by_user.values()]
+    return {
+        "utilization": busy / capacity_gpu_s,
+        "utilization_of_offered": busy / max(min(capacity_gpu_s, offered), 1.0),
+        "goodput": useful / capacity_gpu_s,
+        "wait_mean_s": sum(waits) / len(waits) if waits else 0.0,
+        "wait_p50_s": percentile(waits, 0.5),
+        "wait_p95_s": percentile(waits, 0.95),
+        "slowdown_mean": sum(slowdowns) / len(slowdowns) if slowdowns else 0.0,
+        "jain_fairness": jain_index(user_means),
+        "preemptions": preemptions,
+        "reservations_honoured": honoured / len(workload.bookings) if workload.bookings else 1.0,
+        "quota_violations": violations,
+        "unplaceable_jobs": unplaceable,
+        "wall_s": wall_s,
+        "jobs_completed": sum(1 for job in result.jobs.values() if job.completed_s is not None),
+        "releases_no_show": sum(1 for _, r in result.released.values() if r == Reason.NO_SHOW),
+        "releases_early_finish": sum(
+            1 for _, reason in result.released.values() if reason == Reason.JOB_FINISHED_EARLY
+        ),
+        "lost_gpu_hours": sum(
+            record.gpus * (record.end_s - record.start_s - record.overhead_s - record.useful_s)
+            for record in result.run_records
+            if record.how in ("killed", "stopped_lost")
+        )
+        / 3600.0,
+        "plan_calls": result.plan_calls,
+    }
+
+
+def series(result: SimulationResult, gpus_total: int, window: tuple[float, float]) -> dict:
+    """Hourly utilization and queue length, and the sorted waits, for the HTML report."""
+    start, end = window
+    bins = max(math.ceil((end - start) / SERIES_BIN_S), 1)
+    busy = [0.0] * bins
+    for record in result.run_records:
+        first = max(int((record.start_s - start) // SERIES_BIN_S), 0)
+        last = min(int((record.end_s - start) // SERIES_BIN_S), bins - 1)
+        for bin_index in range(first, last + 1):
+            bin_start = start + bin_index * SERIES_BIN_S
+            busy[bin_index] += record.gpus * _overlap(
+                record.start_s, record.end_s, bin_start, bin_start + SERIES_BIN_S
+            )
+    utilization = [value / (gpus_total * SERIES_BIN_S) for value in busy]
+    queue = [0] * bins
+    for at_s, length in result.queue_length:
+        bin_index = int((at_s - start) // SERIES_BIN_S)
+        if 0 <= bin_index < bins:
+            queue[bin_index] = max(queue[bin_index], length)
+    booked = {booking.job_id for booking in result.bookings}
+    waits = sorted(
+        job.first_start_s - job.submit_s
+        for job in result.jobs.values()
+        if job.first_start_s is not None and job.id not in booked and job.booking_id is None
+    )
+    hours = [(start + (index + 0.5) * SERIES_BIN_S) / 3600.0 for index in range(bins)]
+    return {"hours": hours, "utilization": utilization, "queue": queue, "waits": waits}

@@ -1,0 +1,146 @@
+"""The API docs work offline and the OpenAPI schema is exact: real responses of the real API,
+successes and refusals, validate against the schema's own response shapes."""
+
+import datetime as dt
+import re
+
+import jsonschema
+import pytest
+import yaml
+from django.contrib.staticfiles import finders
+from rest_framework.test import APIClient
+
+from training.models import TrainingImage
+
+H = dt.timedelta(hours=1)
+
+
+@pytest.fixture
+def schema(db):
+    response = APIClient().get("/api/schema/")
+    assert response.status_code == 200
+    return yaml.safe_load(response.content)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("page", ["/api/docs/", "/api/redoc/"])
+def test_docs_pages_load_only_the_apps_own_static_files(client, page):
+    html = client.get(page).content.decode()
+    sources = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+    scripts = [s for s in sources if s.endswith(".js")]
+    assert scripts, html
+    for source in sources:
+        assert not source.startswith(("http:", "https:", "//")), f"{page} loads {source} from outside"
+    for script in scripts:
+        relative = script.removeprefix("/static/")
+        assert finders.find(relative), f"{script} is not among the app's static files"
+
+
+def test_every_operation_documents_the_error_shape_and_typed_ids(schema):
+    errors = 0
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for status in ("400", "404", "429"):
+                assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+                    "$ref": "#/components/schemas/Error"
+                }, (method, path, status)
+                errors += 1
+            if method in {"post", "patch", "put", "delete"}:
+                assert "409" in operation["responses"], (method, path)
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path":
+                    assert parameter["schema"]["type"] == "integer" and parameter["schema"]["minimum"] == 1, path
+    assert errors > 60
+    assert schema["components"]["schemas"]["Error"]["required"] == ["code", "detail"]
+
+
+def test_date_times_enums_and_required_fields(schema):
+    components = schema["components"]["schemas"]
+    for name in ("start", "end", "created_at"):
+        assert components["Reservation"]["properties"][name]["format"] == "date-time"
+    assert components["ReservationCreateRequest"]["properties"]["start"]["format"] == "date-time"
+    assert set(components["ReservationCreateRequest"]["required"]) == {"gpus", "start", "end", "team"}
+    assert set(components["Reservation"]["required"]) >= {"id", "status", "start", "end", "gpus"}
+    assert components["ReservationStatusEnum"]["enum"] == ["pending", "confirmed", "active", "completed",
+                                                          "cancelled", "released"]
+    listing = {p["name"]: p["schema"] for p in schema["paths"]["/api/v1/reservations/"]["get"]["parameters"]}
+    assert listing["from"] == {"type": "string", "format": "date-time"}
+    assert "pending" in listing["status"]["enum"]
+    availability = schema["paths"]["/api/v1/nodes/{id}/availability/"]["get"]["responses"]["200"]
+    assert availability["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Availability"}
+
+
+def openapi_to_jsonschema(node):
+    """OpenAPI 3.0's `nullable` is not JSON Schema; everything else used here is."""
+    if isinstance(node, list):
+        return [openapi_to_jsonschema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    converted = {key: openapi_to_jsonschema(value) for key, value in node.items() if key != "nullable"}
+    if node.get("nullable"):
+        return {"anyOf": [converted, {"type": "null"}]}
+    return converted
+
+
+@pytest.fixture
+def conforms(schema):
+    components = openapi_to_jsonschema(schema["components"]["schemas"])
+
+    def check(response, path: str, method: str) -> None:
+        declared = schema["paths"][path][method]["responses"]
+        assert str(response.status_code) in declared, (path, method, response.status_code, response.content)
+        shape = declared[str(response.status_code)]["content"]["application/json"]["schema"]
+        jsonschema.validate(
+            response.json(),
+            {**openapi_to_jsonschema(shape), "components": {"schemas": components}},
+            format_checker=jsonschema.FormatChecker(),
+        )
+
+    return check
+
+
+@pytest.mark.django_db
+def test_real_responses_conform(conforms, people, inventory, future_day):
+    anonymous = APIClient()
+    conforms(anonymous.get("/api/v1/reservations/"), "/api/v1/reservations/", "get")  # 401
+    token = anonymous.post("/api/v1/auth/token/", {"username": "alice", "password": "pw-alice"}, format="json")
+    conforms(token, "/api/v1/auth/token/", "post")
+    refused = anonymous.post("/api/v1/auth/token/", {"username": "alice", "password": "no"}, format="json")
+    assert refused.status_code == 400
+    conforms(refused, "/api/v1/auth/token/", "post")
+
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token.json()['token']}")
+    gpu = inventory["a"][0].pk
+    start = future_day + 9 * H
+    body = {"gpus": [gpu], "team": people["vision"].pk, "start": start.isoformat(), "end": (start + 2 * H).isoformat()}
+    created = api.post("/api/v1/reservations/", body, format="json")
+    assert created.status_code == 201
+    conforms(created, "/api/v1/reservations/", "post")
+    conflict = api.post("/api/v1/reservations/", body, format="json")
+    assert conflict.status_code == 409
+    conforms(conflict, "/api/v1/reservations/", "post")
+    invalid = api.post("/api/v1/reservations/", {**body, "start": "tomorrow"}, format="json")
+    assert invalid.status_code == 400
+    conforms(invalid, "/api/v1/reservations/", "post")
+    conforms(api.get("/api/v1/reservations/", {"mine": "true"}), "/api/v1/reservations/", "get")
+    conforms(api.get("/api/v1/reservations/999/"), "/api/v1/reservations/{id}/", "get")  # 404
+    window = {"from": future_day.isoformat(), "to": (future_day + 24 * H).isoformat()}
+    conforms(api.get(f"/api/v1/gpus/{gpu}/availability/", window), "/api/v1/gpus/{id}/availability/", "get")
+    conforms(api.get(f"/api/v1/nodes/{inventory['node_a'].pk}/availability/", window),
+             "/api/v1/nodes/{id}/availability/", "get")
+    conforms(api.get("/api/v1/gpus/"), "/api/v1/gpus/", "get")
+    conforms(api.get("/api/v1/teams/"), "/api/v1/teams/", "get")
+    cancelled = api.post(f"/api/v1/reservations/{created.json()['id']}/cancel/", {}, format="json")
+    conforms(cancelled, "/api/v1/reservations/{id}/cancel/", "post")
+
+    TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
+    spec = {"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision", "command": ["python", "t.py"]}
+    job = api.post("/api/v1/jobs/", {"spec": spec}, format="json")
+    assert job.status_code == 201, job.json()
+    conforms(job, "/api/v1/jobs/", "post")
+    bad_job = api.post("/api/v1/jobs/", {"spec": {**spec, "command": "rm -rf /"}}, format="json")
+    assert bad_job.status_code == 400
+    conforms(bad_job, "/api/v1/jobs/", "post")
+    conforms(api.get("/api/v1/jobs/", {"state": "queued"}), "/api/v1/jobs/", "get")
+
