@@ -45,7 +45,7 @@ class TokenView(APIView):
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "auth"
 
-    @extend_schema(request=TokenRequestSerializer, responses={200: IssuedTokenSerializer})
+    @extend_schema(request=TokenRequestSerializer, responses={200: IssuedTokenSerializer}, auth=[])
     def post(self, request):
         form = TokenRequestSerializer(data=request.data)
         if not form.is_valid():
