@@ -323,3 +323,9 @@ SPECTACULAR_SETTINGS.update({
     },
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.postprocess"],
 })
+
+# Local jobs cannot read the server (training/executors/local.py, README "Job isolation"):
+# jobs run as this unprivileged OS user; without one, command jobs are refused unless the
+# workstation declares a single trusted user.
+GPUBOOK_JOB_USER = env_str("GPUBOOK_JOB_USER", "")
+GPUBOOK_SINGLE_USER = env_bool("GPUBOOK_SINGLE_USER", False)

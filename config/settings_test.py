@@ -15,3 +15,6 @@ REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}  # noqa: F40
 # Throttle and lockout counts stay in this process (never a shared Redis between checkouts);
 # tests/conftest.py clears them between tests.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# The suite runs command jobs with the local executor as the test's own user (the isolation
+# and the refusal are tested with their settings changed: tests/security/test_job_isolation.py).
+GPUBOOK_SINGLE_USER = True

@@ -23,6 +23,13 @@ def data_roots_for(team: Team) -> list[str]:
     return [root.replace("{team}", team.slug) for root in settings.GPUBOOK_DATA_ROOTS]
 
 
+def _commands_refused() -> bool:
+    """The local executor would run a command job as the server's own user (it could read
+    the server's secrets): refused unless jobs have a user of their own or the workstation
+    has a single trusted user (training/executors/local.py)."""
+    return settings.GPUBOOK_EXECUTOR == "local" and not settings.GPUBOOK_JOB_USER and not settings.GPUBOOK_SINGLE_USER
+
+
 def allowed_images() -> dict[str, TrainingImage]:
     return {image.reference: image for image in TrainingImage.objects.filter(allowed=True)}
 
@@ -96,6 +103,12 @@ def job_submit(
         epochs_total = advice.yolo_advice(
             yolo=document["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
         )[0].epochs
+    if spec.command and _commands_refused():
+        raise NotPermitted(
+            "command_jobs_refused",
+            "This server runs jobs locally as its own user, so command jobs are refused; YOLO jobs still run. "
+            "An admin can set GPUBOOK_JOB_USER (see the README) or GPUBOOK_SINGLE_USER=true.",
+        )
     return TrainingJob.objects.create(
         team=team, user=user, name=spec.task_name, image=images[spec.image], spec=dict(document),
         parsed_spec=spec.as_dict(),
