@@ -168,7 +168,8 @@ GPUBOOK_BASE_URL = env_str("GPUBOOK_BASE_URL", "http://127.0.0.1:8000")
 # Telemetry and monitoring (gpus/telemetry, gpus/metrics.py, training/watchdog.py).
 GPUBOOK_METRICS_TOKEN = env_str("GPUBOOK_METRICS_TOKEN", "")  # Bearer token for /metrics
 # Without a token, /metrics answers only these networks (checked against REMOTE_ADDR).
-GPUBOOK_METRICS_ALLOWED_NETWORKS = env_list("GPUBOOK_METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
+# None by default: behind a proxy on the same host every request comes from 127.0.0.1.
+GPUBOOK_METRICS_ALLOWED_NETWORKS = env_list("GPUBOOK_METRICS_ALLOWED_NETWORKS", [])
 GPUBOOK_TELEMETRY_RETENTION_DAYS = env_int("GPUBOOK_TELEMETRY_RETENTION_DAYS", 30, minimum=1)
 # The embedded loop samples this host's GPUs; set false where a gpu_agent or Prometheus does it.
 GPUBOOK_TELEMETRY_LOCAL = env_bool("GPUBOOK_TELEMETRY_LOCAL", True)
@@ -221,10 +222,16 @@ CELERY_IMPORTS = ["gpus.telemetry.tasks"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"redact_secrets": {"()": "config.security_headers.RedactSecretsFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # A refused booking (409) is business as usual, not a warning; 5xx are still logged.
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # Access logs through the redacting handler: iCal feed tokens never reach a log line.
+        "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }
 
 # --- production path (deploy/, README "Running it for real") --------------------------------

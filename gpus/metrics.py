@@ -43,7 +43,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from gpus.models import Gpu, GpuSample, MonitoringValue
 
 logger = logging.getLogger(__name__)
-DEFAULT_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
+DEFAULT_ALLOWED_NETWORKS: list[str] = []  # none: behind a same-host proxy loopback is everyone
 TELEMETRY_FRESH = dt.timedelta(minutes=5)  # older buckets are not "current" GPU figures
 SLOT_LATENESS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 LIVE_RESERVATION = ("confirmed", "active")
