@@ -75,3 +75,27 @@ def test_ssrf_filter_unwraps_ipv4_inside_ipv6(address):
 @pytest.mark.parametrize("address", ["93.184.215.14", "::ffff:93.184.215.14", "64:ff9b::5db8:d70e", "2606:4700::1"])
 def test_public_addresses_still_pass(address):
     assert address_allowed(ipaddress.ip_address(address))
+
+
+@pytest.mark.django_db
+def test_a_non_manager_moving_an_approved_booking_sends_it_back_to_pending(people, inventory, future_day):
+    import datetime as dt
+
+    from reservations import services
+    from reservations.models import Reservation
+
+    team = people["vision"]
+    team.requires_approval = True
+    team.save()
+    now = timezone.now()
+    start = future_day + dt.timedelta(hours=9)
+    booking = services.reservation_create(user=people["owner"], team=team, gpu_ids=[inventory["a"][0].pk],
+                                          start=start, end=start + dt.timedelta(hours=1), now=now)
+    services.reservation_approve(reservation_id=booking.pk, actor=people["manager"], now=now)
+    moved = services.reservation_reschedule(reservation_id=booking.pk, actor=people["owner"], now=now,
+                                            start=start + dt.timedelta(days=1), end=start + dt.timedelta(days=1, hours=20))
+    assert moved.status == Reservation.Status.PENDING
+    services.reservation_approve(reservation_id=booking.pk, actor=people["manager"], now=now)
+    by_manager = services.reservation_reschedule(reservation_id=booking.pk, actor=people["manager"], now=now,
+                                                 end=start + dt.timedelta(days=1, hours=2))
+    assert by_manager.status == Reservation.Status.CONFIRMED  # a manager's own move stays approved
