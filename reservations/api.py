@@ -229,9 +229,9 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         }
 
     def partial_update(self, request, pk=None):
+        team = self.get_object()  # first: a team the caller cannot see is a 404, not a 403
         if not request.user.is_superuser:
             raise NotPermitted("not_permitted", "Only admins may change team quotas.")
-        team = self.get_object()
         data = TeamSerializer(team, data=request.data, partial=True, context=self.get_serializer_context())
         data.is_valid(raise_exception=True)
         services.team_update_settings(

@@ -43,7 +43,8 @@ def _largest_node_gpu_count() -> int:
 
 def _check_attachable(*, reservation: Reservation, team: Team, gpus: int, now: dt.datetime) -> None:
     if reservation.team_id != team.pk:
-        raise NotPermitted("wrong_team", "A job can only run in a reservation of its own team.")
+        # Another team's booking answers as a missing one: ids of other teams cannot be probed.
+        raise NotFound("not_found", f"No reservation #{reservation.pk} of {team.name}.")
     if reservation.status not in Reservation.UPCOMING_OR_ACTIVE or reservation.end <= now:
         raise Conflict("reservation_over", "That reservation is over or cancelled.")
     if gpus > reservation.gpu_count:

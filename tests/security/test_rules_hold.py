@@ -99,3 +99,14 @@ def test_a_non_manager_moving_an_approved_booking_sends_it_back_to_pending(peopl
     by_manager = services.reservation_reschedule(reservation_id=booking.pk, actor=people["manager"], now=now,
                                                  end=start + dt.timedelta(days=1, hours=2))
     assert by_manager.status == Reservation.Status.CONFIRMED  # a manager's own move stays approved
+
+
+@pytest.mark.django_db
+def test_outsiders_get_404_for_another_teams_team_settings(people):
+    outsider = APIClient()
+    outsider.force_authenticate(people["outsider"])
+    hidden = outsider.patch(f"/api/v1/teams/{people['vision'].pk}/", {"max_days_ahead": 5}, format="json")
+    missing = outsider.patch("/api/v1/teams/999999/", {"max_days_ahead": 5}, format="json")
+    assert hidden.status_code == missing.status_code == 404 and hidden.json() == missing.json()
+    own = outsider.patch(f"/api/v1/teams/{people['nlp'].pk}/", {"max_days_ahead": 5}, format="json")
+    assert own.status_code == 403  # visible, but only admins change it
