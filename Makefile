@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt re
 # Tests that need only a database run a second time on SQLite (the embedded default).
 SQLITE_SELECTION := -m "not postgres and not redis and not training and not e2e"
 
-.PHONY: install run test test-postgres test-sqlite lint bench clean chromium images
+.PHONY: install run test test-postgres test-sqlite lint bench clean chromium images registry
 
 install: $(STAMP)
 
@@ -28,7 +28,7 @@ run: install
 	trap 'kill $$scheduler 2>/dev/null' EXIT INT TERM; \
 	DEBUG=true $(BIN)/python manage.py runserver 127.0.0.1:8000
 
-test: install chromium lint test-postgres test-sqlite
+test: install chromium registry lint test-postgres test-sqlite
 
 # The browser tests drive Debian's Chromium (no browser download works here).
 chromium:
@@ -36,6 +36,13 @@ chromium:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "Install Chromium (e.g. apt-get install chromium) for the browser tests." >&2; exit 1; fi; }
+
+# The image-pinning tests start a real OCI registry on loopback: Debian's docker-registry.
+registry:
+	@command -v docker-registry >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null; \
+	  else echo "Install docker-registry (e.g. apt-get install docker-registry) for the image-pinning tests." >&2; exit 1; fi; }
 
 lint: install
 	$(BIN)/ruff check .

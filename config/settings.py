@@ -216,6 +216,7 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "training.tasks.reconcile_tick", "schedule": float(GPUBOOK_TICK_SECONDS)},
     "telemetry": {"task": "gpus.telemetry.tick", "schedule": 60.0},
     "notifications": {"task": "notifications.run_once", "schedule": 10.0},
+    "run-logs": {"task": "training.tasks.collect_run_logs", "schedule": 60.0},  # issue #17
 }
 CELERY_IMPORTS = ["gpus.telemetry.tasks"]
 
@@ -233,6 +234,15 @@ LOGGING = {
         "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
+
+# --- run logs and their archive (issue #17, training/logs.py) ----------------------------------
+# Log lines, GPU telemetry and notices older than this many days move into gzip archives on
+# the archive storage (`manage.py archive_logs`); 0 keeps everything in the database.
+GPUBOOK_LOG_RETENTION_DAYS = env_int("GPUBOOK_LOG_RETENTION_DAYS", 90, minimum=0)
+# A Django storage class for full logs and archives (e.g. storages.backends.s3.S3Storage from
+# django-storages, configured by its own AWS_* settings); empty: files under GPUBOOK_ARCHIVE_DIR.
+GPUBOOK_ARCHIVE_STORAGE = env_str("GPUBOOK_ARCHIVE_STORAGE", "")
+GPUBOOK_ARCHIVE_DIR = Path(env_str("GPUBOOK_ARCHIVE_DIR", str(VAR_DIR / "archive")))
 
 # --- production path (deploy/, README "Running it for real") --------------------------------
 # Static files are served by the app itself (WhiteNoise), so the calendar works under gunicorn

@@ -67,12 +67,12 @@ def yolo_advice(
 
 
 def yolo_for_run(run: Run) -> ResolvedYolo:
-    """What this run trains with: the job's spec over its image's defaults, the batch from the
-    table for the GPUs this run holds."""
+    """What this run trains with: the job's spec (as parsed at submit) over its image's
+    defaults, the batch from the table for the GPUs this run holds."""
     job = run.job
     gpus = list(Gpu.objects.filter(pk__in=run.gpu_ids))
     return resolve_yolo(
-        job.spec["yolo"], image_defaults=job.image.default_hyperparameters,
+        job.parsed_spec["yolo"], image_defaults=job.image.default_hyperparameters,
         batch_table=job.image.recommended_batch, gpu_memory_mib=_smallest_memory(gpus),
         gpus=max(len(run.gpu_indices), 1),
     )

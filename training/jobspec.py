@@ -14,6 +14,9 @@
     timeout: 4h                 # seconds, or a number with s/m/h/d
     estimated_duration: 90m
     checkpointable: true        # default true for yolo jobs, false for commands
+    then: next_booking          # when a slot ends before the job: next_booking | backfill | hold
+                                # (default next_booking for a job submitted into a booking, else backfill)
+    then_team: false            # next_booking may also take a teammate's booking
 
 Every problem is reported with the field it concerns, all at once, so a person can fix the
 whole file in one go.
@@ -33,12 +36,14 @@ from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS
 
 TOP_LEVEL = {
     "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
-    "estimated_duration", "checkpointable",
+    "estimated_duration", "checkpointable", "then", "then_team",
 }
-YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export"}
+YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export", "allow_gpu_count_change"}
 DEFAULT_EXPORT = ("onnx",)
 RESOURCE_KEYS = {"gpu", "memory", "cpu"}
 PRIORITIES = tuple(priority.value for priority in Priority)  # defined once, in the scheduling core
+# What a job does when its slot ends before it does (DESIGN.md "TrainingJob").
+THEN_CHOICES = ("next_booking", "backfill", "hold")
 BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
 DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
@@ -55,11 +60,14 @@ class JobSpecError(ValueError):
 class YoloTask:
     model: str
     data: str
-    epochs: int
-    imgsz: int
-    batch: int | None  # None: from the image's table for the GPU it gets (resolve_yolo)
+    # None where the spec leaves a field out: the image's default (else the built-in one) fills
+    # it when a run starts (resolve_yolo), and batch comes from the table for the GPU it gets.
+    epochs: int | None
+    imgsz: int | None
+    batch: int | None
     extra: Mapping[str, Any]
-    export: tuple[str, ...] = DEFAULT_EXPORT
+    export: tuple[str, ...] | None = None
+    allow_gpu_count_change: bool = False  # resume a checkpoint trained on another number of GPUs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +84,8 @@ class JobSpec:
     cpu: str | None = None
     timeout_s: int | None = None
     estimated_duration_s: int | None = None
+    then: str | None = None  # None: decided at submit (next_booking in a booking, else backfill)
+    then_team: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The normalized spec (defaults filled in), JSON-safe: stored on the job at submit and
@@ -84,13 +94,16 @@ class JobSpec:
         data["command"] = list(self.command)
         if self.yolo is not None:
             data["yolo"]["extra"] = dict(self.yolo.extra)
+            data["yolo"]["export"] = list(self.yolo.export) if self.yolo.export is not None else None
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
         fields = {field.name for field in dataclasses.fields(cls)}
         values = {key: value for key, value in data.items() if key in fields}
-        yolo = values.get("yolo")
+        yolo = dict(values.get("yolo") or {})
+        if yolo.get("export") is not None:
+            yolo["export"] = tuple(yolo["export"])
         values["yolo"] = YoloTask(**yolo) if yolo else None
         values["command"] = tuple(values.get("command") or ())
         return cls(**values)
@@ -192,23 +205,26 @@ def parse_job_spec(
         else:
             argv = tuple(command)
     else:
+        # Several GPUs of one node: the runner launches one DDP worker per GPU (runner/ddp.py).
         yolo_task = _parse_yolo(yolo, data_roots, problems)
-        if gpus > 1:
-            # Ultralytics' multi-GPU (DDP) mode re-creates the runner's stop callbacks in
-            # subprocesses, where a clean checkpoint on SIGTERM is not yet guaranteed.
-            problems.append(("resources.gpu", "YOLO jobs run on one GPU for now; use a `command` job for more"))
 
     timeout_s = _duration(document.get("timeout"), "timeout", problems)
     estimate_s = _duration(document.get("estimated_duration"), "estimated_duration", problems)
     checkpointable = document.get("checkpointable", yolo is not None)
     if not isinstance(checkpointable, bool):
         problems.append(("checkpointable", "expected true or false"))
+    then = document.get("then")
+    if then is not None and then not in THEN_CHOICES:
+        problems.append(("then", f"expected one of {', '.join(THEN_CHOICES)}, got {then!r}"))
+    then_team = document.get("then_team", False)
+    if not isinstance(then_team, bool):
+        problems.append(("then_team", "expected true or false"))
     if problems:
         raise JobSpecError(problems)
     return JobSpec(
         task_name=task_name.strip(), image=image, team=team, gpus=gpus, priority=priority,
         checkpointable=checkpointable, yolo=yolo_task, command=argv, memory=memory, cpu=cpu,
-        timeout_s=timeout_s, estimated_duration_s=estimate_s,
+        timeout_s=timeout_s, estimated_duration_s=estimate_s, then=then, then_team=then_team,
     )
 
 
@@ -225,16 +241,25 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
     data = yolo.get("data")
     if not isinstance(data, str) or not _under_roots(data, data_roots):
         problems.append(("yolo.data", f"{data!r} is outside your team's data roots ({', '.join(data_roots)})"))
-    epochs = _positive_int(yolo.get("epochs", 10), "yolo.epochs", problems, maximum=10_000)
-    imgsz = _positive_int(yolo.get("imgsz", 640), "yolo.imgsz", problems, minimum=32, maximum=8192)
+    epochs = yolo.get("epochs")
+    if epochs is not None:
+        epochs = _positive_int(epochs, "yolo.epochs", problems, maximum=10_000)
+    imgsz = yolo.get("imgsz")
+    if imgsz is not None:
+        imgsz = _positive_int(imgsz, "yolo.imgsz", problems, minimum=32, maximum=8192)
     batch = yolo.get("batch")
     if batch is not None and batch != -1:
         batch = _positive_int(batch, "yolo.batch", problems, maximum=4096)
-    export = yolo.get("export", list(DEFAULT_EXPORT))
-    if not isinstance(export, list) or not all(isinstance(v, str) and v in EXPORT_FORMATS for v in export):
+    export = yolo.get("export")
+    if export is not None and (
+        not isinstance(export, list) or not all(isinstance(v, str) and v in EXPORT_FORMATS for v in export)
+    ):
         problems.append(("yolo.export", f"expected a list drawn from {', '.join(EXPORT_FORMATS)} "
                                         f"(or [] for none), got {export!r}"))
         export = list(DEFAULT_EXPORT)
+    allow_gpu_count_change = yolo.get("allow_gpu_count_change", False)
+    if not isinstance(allow_gpu_count_change, bool):
+        problems.append(("yolo.allow_gpu_count_change", "expected true or false (resume on another number of GPUs)"))
     extra = yolo.get("extra", {}) or {}
     if not isinstance(extra, Mapping):
         problems.append(("yolo.extra", "expected a mapping of Ultralytics train arguments"))
@@ -246,7 +271,8 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
         elif not check(value):
             problems.append((f"yolo.extra.{key}", f"{value!r} is not a valid value"))
     return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra),
-                    export=tuple(dict.fromkeys(export)))
+                    export=tuple(dict.fromkeys(export)) if export is not None else None,
+                    allow_gpu_count_change=allow_gpu_count_change is True)
 
 
 # --- seed-style job files -------------------------------------------------------------------
@@ -411,6 +437,7 @@ def resolve_yolo(
     GPUs the table's per-GPU batch is multiplied: Ultralytics' DDP splits ``batch`` across them.
     """
     defaults = dict(image_defaults or {})
+    yolo = {key: value for key, value in yolo.items() if value is not None}  # None: left out of the spec
     epochs = yolo.get("epochs", defaults.get("epochs", BUILTIN_DEFAULTS["epochs"]))
     imgsz = yolo.get("imgsz", defaults.get("imgsz", BUILTIN_DEFAULTS["imgsz"]))
     extra = {key: value for key, value in defaults.items() if key in EXTRA_ARGS and EXTRA_ARGS[key](value)}

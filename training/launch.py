@@ -88,6 +88,7 @@ def runner_spec(run: Run, token: str) -> dict:
         "workers": settings.GPUBOOK_RUNNER_WORKERS, "output_dir": run.output_dir,
         "resume_from": run.resumed_from or None, "must_end_by": run.must_end_by.isoformat(),
         "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": dict(resolved.extra),
+        "allow_gpu_count_change": yolo.allow_gpu_count_change,
         "report_url": f"{settings.GPUBOOK_BASE_URL}/api/v1/runs/{run.pk}/report/", "report_token": token,
     }
 

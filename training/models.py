@@ -57,6 +57,18 @@ Priority = models.TextChoices("Priority", [(member.name, (member.value, member.v
                                             scheduler.Priority])
 
 
+class Then(models.TextChoices):
+    NEXT_BOOKING = "next_booking", "Continue in my next booking"
+    BACKFILL = "backfill", "Join the queue"
+    HOLD = "hold", "Wait for me"
+
+
+class WaitingFor(models.TextChoices):
+    SLOT = "", "Its booking or idle GPUs"  # the normal case: attached, or in the backfill queue
+    BOOKING = "booking", "Its owner's next booking"
+    USER = "user", "Its owner (held)"
+
+
 class TrainingJob(models.Model):
     """What to run. Attached to a reservation (runs in its slots) or queued (backfill)."""
 
@@ -92,6 +104,14 @@ class TrainingJob(models.Model):
     epochs_done = models.PositiveIntegerField(default=0)
     epochs_total = models.PositiveIntegerField(null=True, blank=True)
     times_preempted = models.PositiveIntegerField(default=0)
+    # Continuation: what the job does when its slot ends before it does, and what a waiting
+    # job waits for (training.continuation applies it at every tick).
+    then = models.CharField(max_length=12, choices=Then.choices, default=Then.BACKFILL)
+    then_team = models.BooleanField(default=False, help_text="next_booking may take a teammate's booking.")
+    # When its owner was told it waits too long: the tick then needs one query for the jobs
+    # that are due, not one notice lookup per queued job (issue #19).
+    waiting_noticed_at = models.DateTimeField(null=True, blank=True)
+    waiting_for = models.CharField(max_length=8, choices=WaitingFor.choices, default=WaitingFor.SLOT, blank=True)
     submitted_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -144,6 +164,10 @@ class Run(models.Model):
     must_end_by = models.DateTimeField()
     estimated_end = models.DateTimeField(null=True, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # When the executor took the stop, and how often it was sent: a stop goes out once (and
+    # once more only if the first provably did not arrive).
+    stop_sent_at = models.DateTimeField(null=True, blank=True)
+    stops_sent = models.PositiveSmallIntegerField(default=0)
     kill_at = models.DateTimeField(null=True, blank=True)
     preemptible = models.BooleanField(default=False)
     resumed_from = models.CharField(max_length=500, blank=True)
@@ -210,3 +234,106 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} of run #{self.run_id}"
+
+
+# --- the model registry (issue #17; services in training/registry.py) -------------------------
+
+
+class RegisteredModel(models.Model):
+    """A named model of a team ("vision/pcb-defect"); its versions are promoted runs."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="registered_models")
+    name = models.SlugField(max_length=100, help_text="Lower-case letters, digits and dashes, e.g. pcb-defect.")
+    description = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["team__slug", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="registeredmodel_unique_team_name")]
+
+    def __str__(self) -> str:
+        return self.full_name
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.team.slug}/{self.name}"
+
+
+class ModelVersion(models.Model):
+    """One promoted run's best weights, frozen with the metrics, data and spec that made them."""
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="model_versions")
+    metrics = models.JSONField(default=dict, help_text="The run's final validation metrics.")
+    data = models.CharField(max_length=500, help_text="The data YAML it was trained on.")
+    spec = models.JSONField(default=dict, help_text="The job spec as submitted.")
+    weights_sha256 = models.CharField(max_length=64)
+    note = models.CharField(max_length=500, blank=True)
+    promoted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    promoted_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["model", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "version"], name="modelversion_unique_model_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.full_name} v{self.version}"
+
+
+# --- run logs and the archive (issue #17; services in training/logs.py) -----------------------
+
+
+class RunLog(models.Model):
+    """A run's full log, kept at its end: gzip on the archive storage, lines in RunLogLine."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="full_log")
+    storage_name = models.CharField(max_length=300, help_text="The .log.gz on the archive storage.")
+    size_bytes = models.BigIntegerField(help_text="Uncompressed.")
+    compressed_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64, help_text="Of the uncompressed text.")
+    line_count = models.PositiveIntegerField()
+    collected_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"log of run #{self.run_id}"
+
+
+class RunLogLine(models.Model):
+    """One line of a run's log, for keyword search across a team's runs."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    number = models.PositiveIntegerField(help_text="1-based line number.")
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="runlogline_unique_run_number")]
+
+    def __str__(self) -> str:
+        return f"run #{self.run_id} line {self.number}"
+
+
+class LogArchive(models.Model):
+    """One compressed archive of rows moved out of the database by the retention sweep."""
+
+    class Kind(models.TextChoices):
+        RUN_LOG = "run_log", "A run's log lines"
+        TELEMETRY = "telemetry", "GPU telemetry samples"
+        NOTICES = "notices", "Notices and their deliveries"
+
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="archives")
+    storage_name = models.CharField(max_length=300, unique=True)
+    row_count = models.PositiveIntegerField()
+    older_than = models.DateTimeField(help_text="Everything archived was older than this.")
+    archived_at = models.DateTimeField()
+    restored_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-archived_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.storage_name

@@ -5,14 +5,18 @@ Steps (STYLE.md habit 5; each can crash and the next tick repairs it):
 2. observe the executor and record what ended (runs, then their jobs);
 3. repair: start claimed runs the executor does not know (crash between claim and start),
    deliver stops that were asked for but not sent (crash between claim and stop, or a stop
-   asked by a page or the watchdog);
-4. plan: snapshot the database → `scheduler.plan_detailed(snapshot, now, policy)`;
-5. apply each action: claim it in the database with compare-and-set and commit, then call
+   asked by a page or the watchdog) — a stop is sent once, and again only when the first
+   provably did not arrive (the local supervisor that was to forward it is gone);
+4. continue: jobs whose booking is over move on as their `then` says (the owner's next
+   booking, the queue, or held), and bookings without a job pick up a waiting one;
+5. plan: snapshot the database → `scheduler.plan_detailed(snapshot, now, policy)`;
+6. apply each action: claim it in the database with compare-and-set and commit, then call
    the executor — never inside a transaction;
-6. notices that depend only on the clock (slot ending soon, waiting too long).
+7. notices that depend only on the clock (slot ending soon, waiting too long).
 
 The rooms around it: `training.snapshot` (database → snapshot), `training.launch` (claimed
-run → RunSpec → executor), `training.run_state` (every change of a run's state).
+run → RunSpec → executor), `training.run_state` (every change of a run's state),
+`training.continuation` (jobs across slots).
 
 Only one reconcile runs at a time: a PostgreSQL session advisory lock (try-lock: a second
 caller skips the tick instead of queueing behind it), a file lock elsewhere.
@@ -34,9 +38,10 @@ from notifications import services as notices
 from notifications.models import EventType
 from reservations import services as reservation_services
 from reservations.models import Team
-from training.executors.base import Executor, ExecutorError
+from training.continuation import jobs_continue
+from training.executors.base import Executor, ExecutorError, ObservedRun
 from training.launch import launch, run_claim
-from training.models import Run, TrainingJob
+from training.models import Run, TrainingJob, WaitingFor
 from training.run_state import (
     notify_run,
     run_end,
@@ -45,6 +50,8 @@ from training.run_state import (
     run_handle_record,
     run_mark_running,
     run_request_stop,
+    run_stop_due,
+    run_stop_sent,
     run_termination,
 )
 from training.snapshot import build_snapshot
@@ -61,6 +68,7 @@ class TickReport:
     stopped: list[int] = dataclasses.field(default_factory=list)
     killed: list[int] = dataclasses.field(default_factory=list)
     released: list[int] = dataclasses.field(default_factory=list)
+    continued: dict[int, int] = dataclasses.field(default_factory=dict)  # job id → the booking it moved to
     errors: list[str] = dataclasses.field(default_factory=list)
     next_wakeup: dt.datetime | None = None
 
@@ -106,11 +114,12 @@ def reconcile(*, now: dt.datetime, executor: Executor, policy: scheduler.Policy 
             return TickReport(skipped=True)
         report = TickReport()
         advance_reservations(now=now)  # 1
-        record_observations(executor=executor, now=now, report=report)  # 2
-        repair(executor=executor, now=now, report=report)  # 3
-        result = plan(now=now, policy=policy)  # 4
-        apply_actions(result.actions, executor=executor, now=now, report=report)  # 5
-        notify_progress(now=now, policy=policy)  # 6
+        observed = record_observations(executor=executor, now=now, report=report)  # 2
+        repair(executor=executor, now=now, report=report, observed=observed)  # 3
+        report.continued = jobs_continue(now=now).moved  # 4
+        result = plan(now=now, policy=policy)  # 5
+        apply_actions(result.actions, executor=executor, now=now, report=report)  # 6
+        notify_progress(now=now, policy=policy)  # 7
         report.next_wakeup = result.next_wakeup
         return report
 
@@ -125,7 +134,8 @@ def _team_slugs() -> list[str]:
     return list(Team.objects.values_list("slug", flat=True))
 
 
-def record_observations(*, executor: Executor, now: dt.datetime, report: TickReport) -> None:
+def record_observations(*, executor: Executor, now: dt.datetime, report: TickReport) -> dict[int, ObservedRun]:
+    """Record what the executor says; returns its observations by run id (repair reads them)."""
     observed = {item.run_id: item for item in executor.observe(teams=_team_slugs())}
     for run in Run.objects.filter(state__in=Run.LIVE):
         seen = observed.get(run.pk)
@@ -146,6 +156,7 @@ def record_observations(*, executor: Executor, now: dt.datetime, report: TickRep
                     executor.cleanup(run_handle(run))
         elif run.state == Run.State.STARTING:  # started, but the tick that started it did not record it
             run_mark_running(run=run, now=now)
+    return observed
 
 
 # --- 3. repair ----------------------------------------------------------------------------------
@@ -157,24 +168,27 @@ def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickRepor
         report.errors.append(result.error)
 
 
-def repair(*, executor: Executor, now: dt.datetime, report: TickReport) -> None:
+def repair(
+    *, executor: Executor, now: dt.datetime, report: TickReport, observed: dict[int, ObservedRun] | None = None
+) -> None:
     for run in Run.objects.filter(state=Run.State.STARTING).select_related("job__image", "job__team", "node"):
         _launch(run, executor=executor, now=now, report=report)
     for run in Run.objects.filter(state=Run.State.STOPPING):
         handle = run_handle(run)
-        if handle is None:  # never started: nothing to stop
-            continue
+        if handle is None or not run_stop_due(run, (observed or {}).get(run.pk)):
+            continue  # never started (nothing to stop), or the stop was delivered: never twice
         remaining = int(max(0, (run.kill_at - now).total_seconds())) if run.kill_at else 0
         with contextlib.suppress(ExecutorError):
-            executor.stop(handle, remaining)  # a repeated SIGTERM is harmless
+            executor.stop(handle, remaining)
+            run_stop_sent(run=run, now=now)
 
 
-# --- 4. plan ------------------------------------------------------------------------------------
+# --- 5. plan ------------------------------------------------------------------------------------
 def plan(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.PlanResult:
     return scheduler.plan_detailed(build_snapshot(now=now, policy=policy), now, policy)
 
 
-# --- 5. apply -----------------------------------------------------------------------------------
+# --- 6. apply -----------------------------------------------------------------------------------
 def apply_actions(actions, *, executor: Executor, now: dt.datetime, report: TickReport) -> None:
     for action in actions:
         try:
@@ -195,6 +209,7 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
             handle = run_handle(run)
             if handle is not None:  # else it never started; repair stops it once its handle is known
                 executor.stop(handle, int(action.grace_s))
+                run_stop_sent(run=run, now=now)
             report.stopped.append(run.pk)
     elif isinstance(action, scheduler.Kill):
         run = Run.objects.filter(pk=action.run_id, state__in=Run.LIVE).first()
@@ -213,7 +228,7 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
         report.released.append(action.reservation_id)
 
 
-# --- 6. notices ---------------------------------------------------------------------------------
+# --- 7. notices ---------------------------------------------------------------------------------
 def notify_progress(*, now: dt.datetime, policy: scheduler.Policy) -> None:
     """Level-triggered notices (each is sent once; the outbox de-duplicates): a reserved run's
     slot ends soon, a queued job has waited too long."""
@@ -221,8 +236,15 @@ def notify_progress(*, now: dt.datetime, policy: scheduler.Policy) -> None:
     ending = Run.objects.filter(state=Run.State.RUNNING, kind=Run.Kind.RESERVED, must_end_by__lte=soon)
     for run in ending.select_related("job"):
         notify_run(run, EventType.RUN_ENDING_SOON, now=now)
-    for job in TrainingJob.objects.filter(state=TrainingJob.State.QUEUED, reservation__isnull=True):
+    # One query decides which queued jobs are due a "waiting too long" notice; each is told once.
+    threshold = dt.timedelta(minutes=settings.GPUBOOK_QUEUE_WAIT_NOTICE_MINUTES)
+    due = TrainingJob.objects.filter(
+        state=TrainingJob.State.QUEUED, reservation__isnull=True, waiting_for=WaitingFor.SLOT,
+        waiting_noticed_at__isnull=True, submitted_at__lte=now - threshold,
+    ).values_list("pk", "team_id", "user_id", "name", "submitted_at")
+    for job_id, team_id, user_id, name, submitted_at in due:
         notices.notify_job_waiting(
-            job_id=job.pk, team_id=job.team_id, user_id=job.user_id, waiting_since=job.submitted_at, now=now,
-            payload={"job": {"id": job.pk, "name": job.name}},
+            job_id=job_id, team_id=team_id, user_id=user_id, waiting_since=submitted_at, now=now,
+            payload={"job": {"id": job_id, "name": name}},
         )
+        TrainingJob.objects.filter(pk=job_id).update(waiting_noticed_at=now)

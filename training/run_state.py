@@ -18,6 +18,7 @@ import datetime as dt
 from pathlib import Path
 
 from django.db import transaction
+from django.db.models import F
 
 from notifications import services as notices
 from notifications.models import EventType
@@ -56,6 +57,26 @@ def run_request_stop(
     )
 
 
+def run_stop_sent(*, run: Run, now: dt.datetime) -> None:
+    """The executor took the stop: record it, so it is not sent again (a second SIGTERM
+    reaching a runner that is saving must never turn its checkpoint into a failure)."""
+    Run.objects.filter(pk=run.pk).update(stop_sent_at=now, stops_sent=F("stops_sent") + 1)
+    run.stop_sent_at, run.stops_sent = now, run.stops_sent + 1
+
+
+# Observed reasons that prove a stop sent earlier cannot have reached the run: the local
+# supervisor that was to forward it is gone (the executor then signals the run itself).
+STOP_RECEIVER_LOST = frozenset({"supervisor-lost"})
+
+
+def run_stop_due(run: Run, observed: ObservedRun | None) -> bool:
+    """Must a stop (still) be sent to this STOPPING run? Once, and once more only when the
+    first provably did not arrive."""
+    if run.stops_sent == 0:
+        return True
+    return run.stops_sent == 1 and observed is not None and observed.reason in STOP_RECEIVER_LOST
+
+
 # --- start --------------------------------------------------------------------------------------
 def run_mark_running(*, run: Run, now: dt.datetime) -> bool:
     """STARTING → RUNNING; False if it was already recorded (or stopped meanwhile)."""
@@ -74,12 +95,27 @@ def run_termination(run: Run) -> dict | None:
     return termination if termination and str(termination.get("run_id")) == str(run.pk) else None
 
 
+def checkpoint_readable(path: str | None) -> bool:
+    """A checkpoint file that is there, non-empty and readable by us."""
+    if not path:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            return bool(handle.read(1))
+    except OSError:
+        return False
+
+
 def run_final_state(run: Run, observed: ObservedRun, now: dt.datetime, termination: dict | None) -> tuple[str, str]:
-    """What an ended run is called, and why."""
+    """What an ended run is called, and why. A run whose runner says it checkpointed, with a
+    checkpoint we can read, is checkpointed whatever signal it died of afterwards: the work
+    is saved and the job resumes from it."""
     reason = (termination or {}).get("reason") or observed.detail or observed.reason
     if observed.state == RunState.SUCCEEDED:
         return Run.State.SUCCEEDED, "finished"
     if observed.state == RunState.CHECKPOINTED:
+        return Run.State.CHECKPOINTED, run.reason or reason or "stopped with a checkpoint"
+    if (termination or {}).get("status") == "checkpointed" and checkpoint_readable(termination.get("checkpoint")):
         return Run.State.CHECKPOINTED, run.reason or reason or "stopped with a checkpoint"
     if run.kill_at is not None and now >= run.kill_at:  # we killed it: its exit code says SIGKILL
         return Run.State.KILLED, run.reason or "killed at its deadline"

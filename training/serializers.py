@@ -35,7 +35,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = ["id", "name", "team", "user", "image", "state", "reason", "priority", "gpus_needed", "reservation",
                   "epochs_done", "epochs_total", "checkpoint_path", "times_preempted", "submitted_at", "finished_at",
-                  "spec"]
+                  "spec", "then", "then_team", "waiting_for"]
 
 
 class MetricSerializer(serializers.ModelSerializer):

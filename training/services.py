@@ -14,7 +14,7 @@ from gpus.models import Gpu
 from reservations.models import Membership, Reservation, Team
 from training import seed_style
 from training.jobspec import JobSpecError, load_document, parse_job_spec
-from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob, hash_token
+from training.models import Artifact, Run, RunMetric, Then, TrainingImage, TrainingJob, WaitingFor, hash_token
 from training.run_state import run_request_stop
 from training.safe_yaml import clip_message
 
@@ -95,14 +95,14 @@ def job_submit(
     if spec.yolo is not None:
         from training import advice  # the image's defaults and the TensorRT rule (issue #17)
 
-        if "engine" in spec.yolo.export:
+        if "engine" in (spec.yolo.export or ()):
             refusal = advice.engine_refusal(reservation=reservation)
             if refusal:
                 raise DomainError(
                     "engine_needs_nvidia", refusal, problems=[{"field": "yolo.export", "problem": refusal}]
                 )
         epochs_total = advice.yolo_advice(
-            yolo=document["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
+            yolo=spec.as_dict()["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
         )[0].epochs
     if spec.command and _commands_refused():
         raise NotPermitted(
@@ -116,6 +116,8 @@ def job_submit(
         argv=list(spec.command), gpus_needed=spec.gpus, priority=spec.priority, timeout_s=spec.timeout_s,
         estimated_duration_s=spec.estimated_duration_s, checkpointable=spec.checkpointable,
         reservation=reservation, epochs_total=epochs_total, submitted_at=now,
+        # DESIGN.md: a job submitted into a booking continues in the next one; a queued job re-queues.
+        then=spec.then or (Then.NEXT_BOOKING if reservation is not None else Then.BACKFILL), then_team=spec.then_team,
     )
 
 
@@ -165,7 +167,8 @@ def job_attach(*, job_id: int, reservation_id: int | None, actor: AbstractBaseUs
                 raise NotFound("not_found", f"No reservation #{reservation_id}.")
             _check_attachable(reservation=reservation, team=locked.team, gpus=locked.gpus_needed, now=now)
         locked.reservation = reservation
-        locked.save(update_fields=["reservation"])
+        locked.waiting_for = WaitingFor.SLOT  # in that booking, or in the queue: no longer held
+        locked.save(update_fields=["reservation", "waiting_for"])
     return locked
 
 

@@ -6,14 +6,16 @@ Nothing here decides anything; `scheduler.plan()` does.
 """
 
 import datetime as dt
+from collections import defaultdict
 
 import scheduler
 from gpus.models import Gpu
 from reservations import selectors as reservation_selectors
-from reservations.models import Reservation, Team
-from training.models import Run, TrainingJob
+from reservations.models import Reservation, ReservationGpu, Team
+from training.models import Run, TrainingJob, WaitingFor
 
 USAGE_WINDOW = dt.timedelta(days=28)  # four half-lives: older usage weighs < 7 %
+LIVE_BOOKING = (Reservation.Status.CONFIRMED, Reservation.Status.ACTIVE)
 
 
 def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.Snapshot:
@@ -21,38 +23,56 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
         scheduler.Gpu(id=gpu_id, node=node_id, index=index, state=scheduler.GpuState(state))
         for gpu_id, node_id, index, state in Gpu.objects.values_list("pk", "node_id", "index", "state")
     )
-    live = Reservation.objects.filter(
-        status__in=(Reservation.Status.CONFIRMED, Reservation.Status.ACTIVE), end__gt=now
-    ).prefetch_related("booked", "jobs")
+    # Plain rows, one query per kind (no per-row related querysets: a tick at cluster scale
+    # reads thousands of bookings and queued jobs, issue #19).
+    live = {"reservation__status__in": LIVE_BOOKING, "reservation__end__gt": now}
+    booked: dict[int, list[int]] = defaultdict(list)
+    for reservation_id, gpu_id in ReservationGpu.objects.filter(**live).values_list("reservation_id", "gpu_id"):
+        booked[reservation_id].append(gpu_id)
+    attached: dict[int, list[tuple]] = defaultdict(list)
+    for reservation_id, job_id, state, submitted_at in TrainingJob.objects.filter(**live).values_list(
+        "reservation_id", "pk", "state", "submitted_at"
+    ):
+        attached[reservation_id].append((submitted_at, job_id, state))
     reservations = []
-    for reservation in live:
-        attached = sorted(reservation.jobs.all(), key=lambda job: (job.submitted_at, job.pk))
-        waiting = [job for job in attached if job.state not in TrainingJob.FINISHED]
-        job = waiting[0] if waiting else (attached[-1] if attached else None)
+    for pk, start, end, team, user, status in Reservation.objects.filter(
+        status__in=LIVE_BOOKING, end__gt=now
+    ).values_list("pk", "start", "end", "team_id", "user_id", "status"):
+        jobs = sorted(attached.get(pk, ()))
+        waiting = [job_id for _, job_id, state in jobs if state not in TrainingJob.FINISHED]
+        job_id = waiting[0] if waiting else (jobs[-1][1] if jobs else None)
         reservations.append(
             scheduler.Reservation(
-                id=reservation.pk, gpu_ids=tuple(sorted(row.gpu_id for row in reservation.booked.all())),
-                start=reservation.start, end=reservation.end, team=reservation.team_id, user=reservation.user_id,
-                status=scheduler.ReservationStatus(reservation.status), job_id=job.pk if job else None,
-                job_finished=bool(attached) and not waiting,
+                id=pk, gpu_ids=tuple(sorted(booked.get(pk, ()))), start=start, end=end, team=team, user=user,
+                status=scheduler.ReservationStatus(status), job_id=job_id, job_finished=bool(jobs) and not waiting,
             )
         )
     queued = tuple(
         scheduler.QueuedJob(
-            id=job.pk, team=job.team_id, user=job.user_id, gpus_needed=job.gpus_needed, submitted_at=job.submitted_at,
-            priority=scheduler.Priority(job.priority), estimated_duration_s=job.estimated_duration_s,
-            checkpointable=job.checkpointable, times_preempted=job.times_preempted, timeout_s=job.timeout_s,
+            id=pk, team=team, user=user, gpus_needed=gpus_needed, submitted_at=submitted_at,
+            priority=scheduler.Priority(priority), estimated_duration_s=estimate, checkpointable=checkpointable,
+            times_preempted=times_preempted, timeout_s=timeout_s,
         )
-        for job in TrainingJob.objects.filter(state=TrainingJob.State.QUEUED, reservation__isnull=True)
+        for pk, team, user, gpus_needed, submitted_at, priority, estimate, checkpointable, times_preempted, timeout_s
+        in TrainingJob.objects.filter(
+            state=TrainingJob.State.QUEUED, reservation__isnull=True, waiting_for=WaitingFor.SLOT
+        ).values_list(
+            "pk", "team_id", "user_id", "gpus_needed", "submitted_at", "priority", "estimated_duration_s",
+            "checkpointable", "times_preempted", "timeout_s",
+        )
     )
     runs = tuple(
         scheduler.Run(
-            id=run.pk, job_id=run.job_id, gpu_ids=tuple(run.gpu_ids), kind=scheduler.RunKind(run.kind),
-            started_at=run.started_at or run.created_at, team=run.job.team_id, user=run.job.user_id,
-            reservation_id=run.reservation_id, must_end_by=run.must_end_by, stop_requested_at=run.stop_requested_at,
-            estimated_end=run.estimated_end, priority=scheduler.Priority(run.job.priority),
+            id=pk, job_id=job_id, gpu_ids=tuple(gpu_ids), kind=scheduler.RunKind(kind),
+            started_at=started_at or created_at, team=team, user=user, reservation_id=reservation_id,
+            must_end_by=must_end_by, stop_requested_at=stop_requested_at, estimated_end=estimated_end,
+            priority=scheduler.Priority(priority),
         )
-        for run in Run.objects.filter(state__in=Run.LIVE).select_related("job")
+        for (pk, job_id, gpu_ids, kind, started_at, created_at, team, user, reservation_id, must_end_by,
+             stop_requested_at, estimated_end, priority) in Run.objects.filter(state__in=Run.LIVE).values_list(
+            "pk", "job_id", "gpu_ids", "kind", "started_at", "created_at", "job__team_id", "job__user_id",
+            "reservation_id", "must_end_by", "stop_requested_at", "estimated_end", "job__priority",
+        )
     )
     return scheduler.Snapshot(
         gpus=gpus, reservations=tuple(reservations), queued_jobs=queued, runs=runs,

@@ -36,3 +36,11 @@ def schedule_wakeup(when: dt.datetime) -> bool:
         return False
     reconcile_tick.apply_async(eta=when)
     return True
+
+
+@shared_task(name="training.tasks.collect_run_logs", ignore_result=True)
+def collect_run_logs() -> None:
+    """Keep the full log of every run that ended since the last pass (training/logs.py)."""
+    from training.logs import logs_collect
+
+    logs_collect(now=timezone.now())

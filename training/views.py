@@ -66,6 +66,10 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
             if not checking and not warned:
                 messages.success(request, f"Job “{job.name}” submitted.")
                 return redirect("job-detail", job_id=job.pk)
+    from training import logs
+
+    query = request.GET.get("q", "").strip()
+    found_lines = logs.log_search(user=request.user, query=query) if query else []
     jobs = list(selectors.jobs_visible_to(user=request.user)[:200])
     latest = _latest_runs(jobs)
     rows = [{"job": job, "run": latest.get(job.pk), "progress": _progress(job, latest.get(job.pk))} for job in jobs]
@@ -75,6 +79,7 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     return render(request, "training/jobs.html", {
         "nav": "jobs", "rows": rows, "error": error, "upcoming": upcoming,
         "spec_yaml": request.POST.get("spec_yaml", EXAMPLE_SPEC), "batch_advice": batch_advice,
+        "log_query": query, "log_lines": found_lines,
         "chosen_reservation": request.POST.get("reservation") or "",
         "image_tables": [(image.reference, advice.batch_table_rows(image))
                          for image in TrainingImage.objects.filter(allowed=True) if image.recommended_batch],
@@ -106,10 +111,35 @@ def _job_or_404(request: HttpRequest, job_id: int) -> TrainingJob:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     runs = list(job.runs.order_by("-created_at", "-id"))
+    bookings = []
+    if job.state == TrainingJob.State.QUEUED:  # where it may be attached: the team's live bookings
+        bookings = list(
+            reservations_visible_to(user=request.user)
+            .filter(team=job.team, status__in=Reservation.UPCOMING_OR_ACTIVE, end__gt=timezone.now())
+            .select_related("node", "user").order_by("start", "id")[:50]
+        )
     return render(request, "training/job_detail.html", {
         "nav": "jobs", "job": job, "runs": runs, "progress": _progress(job, runs[0] if runs else None),
-        "spec_text": json.dumps(job.spec, indent=2),
+        "spec_text": json.dumps(job.spec, indent=2), "bookings": bookings,
+        "booking": job.reservation if job.reservation_id else None,
     })
+
+
+@login_required
+@require_POST
+def job_attach(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Attach the job to a booking (it runs in that slot) or, with no booking, queue it."""
+    job = _job_or_404(request, job_id)
+    reservation = request.POST.get("reservation") or None
+    try:
+        services.job_attach(job_id=job.pk, reservation_id=int(reservation) if reservation else None,
+                            actor=request.user, now=timezone.now())
+    except (DomainError, ValueError) as problem:
+        messages.error(request, getattr(problem, "detail", "Choose a booking from the list."))
+    else:
+        messages.success(request, f"Job attached to booking #{reservation}." if reservation
+                         else "Job detached: it waits for idle GPUs (backfill).")
+    return redirect("job-detail", job_id=job.pk)
 
 
 @login_required
@@ -186,4 +216,25 @@ def models_page(request: HttpRequest) -> HttpResponse:
     rows = [{"run": run, "values": [finals.get(run.pk, {}).get(key) for key in QUALITY_KEYS],
              "weights": next((a for a in run.artifacts.all() if a.name == "best.pt"), None),
              "onnx": next((a for a in run.artifacts.all() if a.name.endswith(".onnx")), None)} for run in runs]
-    return render(request, "training/models.html", {"nav": "models", "rows": rows, "columns": QUALITY_KEYS})
+    from training import registry
+
+    registered = []
+    for model in registry.models_visible_to(user=request.user):
+        latest = model.versions.order_by("-version").first()
+        registered.append({"model": model, "latest": latest, "map": latest.metrics.get("mAP50-95") if latest else None})
+    return render(request, "training/models.html", {"nav": "models", "rows": rows, "columns": QUALITY_KEYS,
+                                                     "registered": registered})
+
+
+@login_required
+@require_GET
+def run_log(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A run's kept log, every line numbered and linkable (#L12); the live tail while it runs."""
+    from training.models import RunLogLine
+
+    run = get_object_or_404(selectors.runs_visible_to(user=request.user).select_related("job"), pk=run_id)
+    lines = list(RunLogLine.objects.filter(run=run).order_by("number").values_list("number", "text")[:20000])
+    return render(request, "training/run_log.html", {
+        "nav": "jobs", "run": run, "lines": lines, "kept": hasattr(run, "full_log"),
+        "archived": run.archives.filter(kind="run_log", restored_at__isnull=True).first(),
+    })

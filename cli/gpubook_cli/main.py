@@ -283,12 +283,50 @@ def jobs_table(rows: list[dict], *, with_estimate: bool = False) -> Table:
 @api_command
 def submit(spec_file: Path, booking_id, as_json) -> None:
     """Submit a job spec (YAML or JSON); the server validates it."""
-    job = client_from_settings().post("jobs/", {"spec_yaml": spec_file.read_text(), "reservation": booking_id})
+    client = client_from_settings()
+    body = {"spec_yaml": spec_file.read_text(), "reservation": booking_id}
+    if not as_json:
+        _print_batch_advice(client, body)
+    job = client.post("jobs/", body)
     if as_json:
         emit(job, True, None)
     else:
         where = f"in booking #{job['reservation']}" if job.get("reservation") else "in the queue"
         out.print(f"Submitted job #{job['id']} ({job['name']}) {where}.", markup=False)
+
+
+def _print_batch_advice(client, body: dict) -> dict | None:
+    """The server's batch advice for a YOLO spec ("batch 16 for a 24 GB GPU with this model")
+    and any warning in words, printed before the job is submitted (issue #17)."""
+    try:
+        advice = client.post("jobs/advice/", body)
+    except ApiError:
+        return None  # not a YOLO job, or a spec the submit itself will explain
+    if advice.get("advice"):
+        out.print(f"Recommended: {advice['advice']} ({advice['image']}, {advice['basis']}).", markup=False)
+    for warning in advice.get("warnings") or []:
+        err.print(f"warning: {warning}", markup=False)
+    return advice
+
+
+@cli.command()
+@click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--into", "booking_id", type=click.IntRange(1), help="Advise for this booking's GPUs.")
+@json_option
+@api_command
+def advise(spec_file: Path, booking_id, as_json) -> None:
+    """Say what batch, epochs and exports a YOLO spec would get, without submitting it."""
+    client = client_from_settings()
+    body = {"spec_yaml": spec_file.read_text(), "reservation": booking_id}
+    if as_json:
+        emit(client.post("jobs/advice/", body), True, None)
+        return
+    advice = _print_batch_advice(client, body)
+    if advice is None:
+        client.post("jobs/advice/", body)  # raises the server's reason in words
+        return
+    out.print(f"It trains with batch {advice['batch']} ({advice['batch_source']}), {advice['epochs']} epochs at "
+              f"imgsz {advice['imgsz']}, a checkpoint every {advice['save_period']} epochs.", markup=False)
 
 
 @cli.command()

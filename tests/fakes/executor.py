@@ -90,18 +90,31 @@ class FakeExecutor:
     def fail(self, run_id: int, reason: str = "boom") -> None:
         self._end(run_id, RunState.FAILED, EXIT_FAILED, status="failed", reason=reason)
 
-    def checkpoint(self, run_id: int, *, epoch: int = 1, epochs: int = 10, checkpoint: str | None = None) -> Path:
-        """The run saves a checkpoint and exits 75, as the runner does on SIGTERM."""
+    def checkpoint(
+        self, run_id: int, *, epoch: int = 1, epochs: int = 10, write_file: bool = True, died_of: int | None = None
+    ) -> Path:
+        """The run saves a checkpoint (`last.pt`, unless `write_file` is false) and exits 75, as
+        the runner does on SIGTERM; `died_of`: it wrote all that, then died of this signal."""
         run = self.runs[run_id]
-        path = Path(checkpoint or Path(run.spec.output_dir or "/nonexistent") / "train" / "weights" / "last.pt")
+        path = Path(run.spec.output_dir or "/nonexistent") / "train" / "weights" / "last.pt"
+        if write_file:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"checkpoint of run %d" % run_id)
         self._end(run_id, RunState.CHECKPOINTED, EXIT_CHECKPOINTED, status="checkpointed", reason="signal SIGTERM",
                   checkpoint=path, epoch=epoch, epochs=epochs)
+        if died_of is not None:
+            run.state, run.exit_code = RunState.FAILED, 128 + died_of
         return path
+
+    def set_reason(self, run_id: int, reason: str) -> None:
+        """What the executor says about a running run (e.g. "supervisor-lost")."""
+        self.runs[run_id].reason = reason
 
     def _end(self, run_id: int, state: RunState, exit_code: int, **message: Any) -> None:
         run = self.runs[run_id]
         run.state, run.exit_code, run.reason = state, exit_code, "exited"
         if run.spec.output_dir:
+            message.setdefault("checkpoint", None)
             write_termination(termination_message(run_id=str(run_id), exit_code=exit_code, **message),
                               Path(run.spec.output_dir))
 

@@ -55,6 +55,7 @@ class RecordedRequest:
     query: dict[str, str]
     headers: dict[str, str]  # lower-case names
     body: Any
+    at: float = field(default_factory=time.time)  # when it arrived (wall clock), for timing
 
 
 @dataclass
@@ -741,6 +742,8 @@ class FakeKubelet:
         self.inherit_env = inherit_env
         self.interval_s = interval_s
         self.terminations: list[Termination] = []
+        self.errors: list[str] = []  # the fake's own failures; tests may assert there are none
+        self._failed_to_start: set[tuple[str, str]] = set()
         self.pods_created: list[tuple[float, str, str]] = []  # (time.time(), namespace, pod)
         self._held: dict[str, tuple[str, str]] = {}
         self._containers: dict[tuple[str, str], _Container] = {}
@@ -776,6 +779,10 @@ class FakeKubelet:
         container = self._containers.get((namespace, pod))
         return container is not None and container.process.poll() is None
 
+    def signals(self) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+        """Live containers by (namespace, pod): when SIGTERM and SIGKILL were sent (or None)."""
+        return {key: (c.sigterm_at, c.sigkill_at) for key, c in list(self._containers.items())}
+
     def processes(self) -> dict[tuple[str, str], int]:
         """Live container processes by (namespace, pod): their pids."""
         return {key: c.process.pid for key, c in list(self._containers.items()) if c.process.poll() is None}
@@ -785,9 +792,14 @@ class FakeKubelet:
         while not self._stopping.wait(self.interval_s):
             fake = self._fake
             assert fake is not None
-            with fake._lock:
-                self._control_jobs(fake)
-                self._run_pods(fake)
+            try:
+                with fake._lock:
+                    self._control_jobs(fake)
+                    self._run_pods(fake)
+            except Exception as error:  # a broken fake must not hang the test: keep going, say so
+                self.errors.append(f"{type(error).__name__}: {error}")
+                if len(self.errors) > 100:
+                    raise
 
     def _control_jobs(self, fake: FakeKubernetes) -> None:
         for (namespace, name), job in list(fake.store.jobs.items()):
@@ -847,9 +859,16 @@ class FakeKubelet:
                 if waiting != {"reason": reason, "message": message}:
                     fake.set_pod_waiting(key[0], key[1], reason, message)
             return
+        if key in self._failed_to_start:
+            return
         if pod["status"].get("conditions") or pod["status"].get("containerStatuses"):
             pod["status"] = {"phase": "Pending"}  # released: schedule and pull now
-        self._containers[key] = self._spawn(key, pod)
+        try:
+            self._containers[key] = self._spawn(key, pod)
+        except (OSError, RuntimeError) as error:  # as the kubelet says when the runtime cannot start it
+            self._failed_to_start.add(key)
+            fake.set_pod_waiting(key[0], key[1], "CreateContainerError", str(error))
+            return
         fake._set_container(pod, {"running": {"startedAt": _now()}}, ready=True)
         pod["status"]["phase"] = "Running"
 
@@ -896,7 +915,8 @@ class FakeKubelet:
         env.update(self.extra_env)
         env["TERMINATION_LOG"] = str(termination_path)
         argv = [self._map(arg, mapped) for arg in [*container.get("command", []), *container.get("args", [])]]
-        workdir = self._map(container.get("workingDir") or str(pod_root), mapped)
+        # No workingDir: the image's, here a directory of the pod's own (a host path: not mapped).
+        workdir = self._map(container["workingDir"], mapped) if container.get("workingDir") else str(pod_root)
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -11,8 +11,9 @@ from gpus.models import Gpu, Node
 from reservations.services import reservation_create
 from tests.security.tokens import token_for
 from training.jobspec import DEFAULT_SAVE_PERIOD, JobSpecError, parse_job_spec, resolve_yolo
+from training.launch import runner_spec
 from training.models import Run, TrainingImage, TrainingJob
-from training.reconcile import runner_spec
+from training.services import data_roots_for
 
 H = dt.timedelta(hours=1)
 V8N_TABLE = {"16384": 64, "24576": 96, "40960": 128, "81920": 256}  # as migration 0002 seeds it
@@ -72,7 +73,10 @@ class TestExportField:
         return parse_job_spec(document, allowed_images={"yolo:v8n-cu118"}, data_roots=["/data/vision"], max_gpus=4)
 
     def test_default_and_subsets(self):
-        assert self.parse().yolo.export == ("onnx",)
+        left_out = self.parse().yolo
+        assert left_out.export is None  # the image's default, else onnx, when a run starts
+        resolved = resolve_yolo(self.parse().as_dict()["yolo"], image_defaults={}, batch_table={}, gpu_memory_mib=None)
+        assert resolved.export == ("onnx",)
         assert self.parse(export=["torchscript", "openvino", "torchscript"]).yolo.export == ("torchscript", "openvino")
         assert self.parse(export=[]).yolo.export == ()
         assert self.parse().yolo.batch is None  # from the table, at the run's start
@@ -192,9 +196,12 @@ def test_the_runs_spec_gets_the_images_defaults_and_the_table_batch(people, card
     image = TrainingImage.objects.get(tag="v8n-cu118")
     image.default_hyperparameters = {"imgsz": 320, "epochs": 50, "optimizer": "SGD", "save_period": 4}
     image.save()
+    raw = document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02}, allow_gpu_count_change=True)
+    parsed = parse_job_spec(raw, allowed_images={"yolo:v8n-cu118"}, data_roots=data_roots_for(people["vision"]),
+                            max_gpus=2)
     job = TrainingJob.objects.create(
         team=people["vision"], user=people["owner"], name="j", image=image, submitted_at=timezone.now(),
-        spec=document(cards, export=["onnx", "torchscript"], extra={"lr0": 0.02}),
+        spec=raw, parsed_spec=parsed.as_dict(),
     )
     run = Run.objects.create(
         job=job, kind="backfill", node=cards["nvidia"], gpu_ids=[cards["4090"][0].pk], gpu_indices=[0],
@@ -204,6 +211,7 @@ def test_the_runs_spec_gets_the_images_defaults_and_the_table_batch(people, card
     assert (spec["epochs"], spec["imgsz"], spec["batch"]) == (3, 320, 96)
     assert spec["export"] == ["onnx", "torchscript"]
     assert spec["extra"] == {"optimizer": "SGD", "save_period": 4, "lr0": 0.02}
+    assert spec["allow_gpu_count_change"] is True
     # What the runner takes: its own strict parser accepts the same fields.
     from training.runner.spec import EXTRA_ARGS
 

@@ -42,7 +42,6 @@ class TestJobSpec:
         [
             ({"image": "evil:latest"}, "image"),
             ({"resources": {"gpu": 9}}, "resources.gpu"),
-            ({"resources": {"gpu": 2}}, "resources.gpu"),  # YOLO jobs: one GPU
             ({"yolo": {"model": "yolov8n.yaml", "data": "/data/nlp/secret.yaml"}}, "yolo.data"),
             ({"yolo": {"model": "yolov8n.yaml", "data": "/data/vision/../nlp/x.yaml"}}, "yolo.data"),
             ({"yolo": {"model": "yolov8n.yaml", "data": "/data/vision/d.yaml", "lr": 1}}, "yolo.lr"),

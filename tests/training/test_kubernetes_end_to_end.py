@@ -26,7 +26,7 @@ from training.executors.kubernetes import KubernetesExecutor
 from training.models import Run, RunMetric, TrainingImage, TrainingJob
 from training.reconcile import reconcile
 from training.runner.dataset import make_demo_dataset
-from training.services import job_attach, job_cancel, job_submit
+from training.services import job_cancel, job_submit
 
 pytestmark = [pytest.mark.training, pytest.mark.django_db(transaction=True)]
 H = dt.timedelta(hours=1)
@@ -113,13 +113,14 @@ def world(tmp_path, settings, live_server):
     world = World(tmp_path, settings, live_server)
     yield world
     world.close()
+    assert not world.kubelet.errors  # the fake itself worked as documented
 
 
 def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(world):
     data_yaml = make_demo_dataset(world.tmp_path / "data" / "vision" / "shapes", train_images=8, val_images=4,
                                   imgsz=64, seed=3)
     first, second = world.book(0), world.book(2)
-    job = world.submit(first, yolo={"model": "yolov8n.yaml", "data": str(data_yaml), "epochs": 3, "imgsz": 64,
+    job = world.submit(first, yolo={"model": "yolov8n.yaml", "data": str(data_yaml), "epochs": 2, "imgsz": 64,
                                     "batch": 4, "extra": {"plots": False}})
     end = first.end
 
@@ -133,6 +134,9 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     assert pod_spec["containers"][0]["image"] == f"yolo@{DIGEST}"
     assert pod_spec["imagePullSecrets"] == [{"name": "gpubook-registry"}]
     assert pod_spec["terminationGracePeriodSeconds"] == GRACE
+    assert create.body["spec"]["activeDeadlineSeconds"] == 3600  # the backstop: the slot's end
+    wait_for(lambda: [pod["status"]["phase"] for pod in world.fake.pods_of(NS, f"gpubook-run-{run.pk}")] == ["Running"],
+             what="the pod running")
     wait_for(lambda: RunMetric.objects.filter(run=run, event="epoch").exists(), what="a first epoch reported")
     assert world.tick(world.start + 10 * MIN).stopped == []  # mid-slot: nothing to do
 
@@ -140,6 +144,7 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     report = world.tick(end - dt.timedelta(seconds=GRACE))
     assert report.stopped == [run.pk]
     assert_stopped_with_grace(world)
+    assert world.pod_deletes()  # the runner takes seconds to save: its pod was still there to delete
     [ended] = wait_for(lambda: world.kubelet.terminations, what="the runner to exit")
     assert ended.exit_code == 75 and ended.sigkill_at is None
     message = json.loads(ended.message)  # the termination message, as the kubelet reported it
@@ -155,10 +160,11 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     assert job.state == TrainingJob.State.QUEUED and job.checkpoint_path == run.checkpoint_path
     assert world.fake.job(NS, f"gpubook-run-{run.pk}") is None  # cleaned up after recording
 
-    # The next booking: a new Job resumes from that checkpoint and finishes.
+    # The slot is over: the job moves to its owner's next booking (then: next_booking), where a
+    # new Job resumes from that checkpoint and finishes.
+    world.tick(end)
     job.refresh_from_db()
-    if job.reservation_id != second.pk:  # until `then: next_booking` moves it by itself
-        job_attach(job_id=job.pk, reservation_id=second.pk, actor=world.user, now=end)
+    assert job.then == "next_booking" and job.reservation_id == second.pk
     report = world.tick(second.start)
     resumed = Run.objects.exclude(pk=run.pk).get()
     assert report.started == [resumed.pk]
@@ -170,10 +176,10 @@ def test_a_booked_job_checkpoints_at_slot_end_and_resumes_in_the_next_booking(wo
     resumed.refresh_from_db()
     job.refresh_from_db()
     assert resumed.state == Run.State.SUCCEEDED and job.state == TrainingJob.State.SUCCEEDED
-    assert job.epochs_done == 3
+    assert job.epochs_done == 2
     first_epochs = list(RunMetric.objects.filter(run=run, event="epoch").values_list("epoch", flat=True))
     later_epochs = list(RunMetric.objects.filter(run=resumed, event="epoch").values_list("epoch", flat=True))
-    assert later_epochs and later_epochs[0] > 1 and later_epochs[-1] == 3, (first_epochs, later_epochs)
+    assert later_epochs and later_epochs[0] > 1 and later_epochs[-1] == 2, (first_epochs, later_epochs)
     assert len(world.job_requests("POST")) == 2  # one Job per slot
 
 
@@ -224,8 +230,7 @@ def test_a_run_ignoring_sigterm_is_killed_at_slot_end(world):
     wait_for(lambda: world.kubelet.processes(), what="the process to start")
 
     world.tick(booking.end - dt.timedelta(seconds=GRACE))  # stop: SIGTERM, which it ignores
-    wait_for(lambda: world.kubelet._containers and next(iter(world.kubelet._containers.values())).sigterm_at,
-             what="SIGTERM")
+    wait_for(lambda: [sigterm for sigterm, _ in world.kubelet.signals().values() if sigterm], what="SIGTERM")
     world.tick(booking.end - dt.timedelta(seconds=GRACE - 10))
     assert Run.objects.get().state == Run.State.STOPPING and world.kubelet.processes()  # still in its grace
 
@@ -251,7 +256,7 @@ def test_a_restarted_scheduler_adopts_the_job_it_finds_by_label(world, monkeypat
     def crash(**_):
         raise KeyboardInterrupt("scheduler killed")
 
-    monkeypatch.setattr("training.reconcile.run_handle_record", crash)
+    monkeypatch.setattr("training.launch.run_handle_record", crash)
     with pytest.raises(KeyboardInterrupt):
         world.tick(world.start)
     monkeypatch.undo()

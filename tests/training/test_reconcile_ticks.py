@@ -141,17 +141,80 @@ def test_cancel_and_watchdog_stops_are_delivered_by_repair_with_the_stored_handl
 
 
 def test_launch_reads_the_spec_normalized_at_submit(world, settings):
-    """Defaults live in the parser only; a later edit of the raw document changes nothing."""
+    """Launch reads the spec as parsed at submit (what it leaves out is filled from the image's
+    defaults when the run starts); a later edit of the raw document changes nothing."""
     data = world["tmp"] / "data" / "vision" / "data.yaml"
     document = {"task_name": "yolo", "image": "yolo:v8n-cu118", "team": "vision",
-                "yolo": {"model": "yolov8n.yaml", "data": str(data)}}
+                "yolo": {"model": "yolov8n.yaml", "data": str(data), "epochs": 4, "batch": 16}}
     job = submit(world, document, reservation=book(world, START, START + H))
-    assert job.parsed_spec["yolo"]["epochs"] == 10 and job.parsed_spec["yolo"]["imgsz"] == 640
-    TrainingJob.objects.filter(pk=job.pk).update(spec={"yolo": {"epochs": 999}})
+    assert job.parsed_spec["yolo"]["epochs"] == 4 and job.parsed_spec["yolo"]["imgsz"] is None
+    image = TrainingImage.objects.get(name="yolo", tag="v8n-cu118")
+    image.default_hyperparameters = {"imgsz": 320}
+    image.save()
+    TrainingJob.objects.filter(pk=job.pk).update(spec={"yolo": {"epochs": 999, "imgsz": 999, "batch": 999}})
     tick(world, START)
     (run,) = Run.objects.all()
     (start,) = world["executor"].calls_of("start")
     spec_file = Path(start.spec.argv[-1])
     runner = json.loads(spec_file.read_text())
-    assert (runner["epochs"], runner["imgsz"], runner["batch"]) == (10, 640, 16)
+    assert (runner["epochs"], runner["imgsz"], runner["batch"]) == (4, 320, 16)
     assert runner["data"] == str(data) and runner["run_id"] == str(run.pk)
+
+
+# --- a stop never turns a checkpoint into a failure (issue #18 item 0) --------------------------
+def test_a_stop_is_sent_once_across_one_second_ticks(world):
+    fake = world["executor"]
+    submit(world, reservation=book(world, START, START + H))
+    tick(world, START)
+    (run,) = Run.objects.all()
+    stop_at = START + H - dt.timedelta(seconds=GRACE)
+    for second in range(30):  # a one-second tick while the run saves its checkpoint
+        tick(world, stop_at + dt.timedelta(seconds=second))
+    assert len(fake.calls_of("stop", run.pk)) == 1
+    run.refresh_from_db()
+    assert run.stop_sent_at == stop_at and run.stops_sent == 1
+    fake.checkpoint(run.pk)
+    tick(world, stop_at + dt.timedelta(seconds=31))
+    run.refresh_from_db()
+    assert run.state == Run.State.CHECKPOINTED
+
+
+def test_a_stop_is_resent_once_when_its_receiver_is_provably_gone(world):
+    fake = world["executor"]
+    job = submit(world, reservation=book(world, START, START + H))
+    tick(world, START)
+    (run,) = Run.objects.all()
+    job_cancel(job_id=job.pk, actor=world["user"], now=START + MIN)
+    tick(world, START + MIN)
+    tick(world, START + MIN + dt.timedelta(seconds=1))
+    assert len(fake.calls_of("stop", run.pk)) == 1
+    fake.set_reason(run.pk, "supervisor-lost")  # the supervisor that was to forward it died
+    for second in range(2, 6):
+        tick(world, START + MIN + dt.timedelta(seconds=second))
+    assert len(fake.calls_of("stop", run.pk)) == 2  # re-sent once, never again
+
+
+def test_a_checkpointed_run_that_died_of_a_later_signal_is_checkpointed(world):
+    fake = world["executor"]
+    job = submit(world, reservation=book(world, START, START + H))
+    tick(world, START)
+    (run,) = Run.objects.all()
+    tick(world, START + H - dt.timedelta(seconds=GRACE))
+    checkpoint = fake.checkpoint(run.pk, died_of=15)  # wrote last.pt and "checkpointed", then exit 143
+    tick(world, START + H - dt.timedelta(seconds=50))
+    run.refresh_from_db()
+    job.refresh_from_db()
+    assert (run.state, run.exit_code, run.checkpoint_path) == (Run.State.CHECKPOINTED, 143, str(checkpoint))
+    assert job.state == TrainingJob.State.QUEUED and job.checkpoint_path == str(checkpoint)
+
+
+def test_a_checkpointed_message_without_a_readable_checkpoint_is_not_trusted(world):
+    fake = world["executor"]
+    job = submit(world, reservation=book(world, START, START + H))
+    tick(world, START)
+    (run,) = Run.objects.all()
+    fake.checkpoint(run.pk, died_of=15, write_file=False)  # says "checkpointed", but no last.pt
+    tick(world, START + 2 * MIN)
+    run.refresh_from_db()
+    job.refresh_from_db()
+    assert run.state == Run.State.FAILED and job.state == TrainingJob.State.FAILED

@@ -96,7 +96,7 @@ def test_reconcile_stop_kill_and_log_carry_the_namespace(k8s_world, monkeypatch)
     report = reconcile(now=start + H, executor=executor)
     assert report.killed == [run.pk] and not report.errors, report.errors
     patches = fake.requests_for("PATCH", "/jobs/")
-    assert {request.path for request in patches} == {job_path}
+    assert [request.path for request in patches] == [job_path, job_path]  # the stop (once), then the kill
     assert patches[-1].body["metadata"]["annotations"]  # the kill's suspend carries the killed mark
     kill_deletes = fake.requests_for("DELETE", "/pods/")[1:]
     assert kill_deletes and all(f"/namespaces/{NAMESPACE}/" in request.path for request in kill_deletes)

@@ -11,8 +11,9 @@ It also carries the slot's backstop, so a slot ends on time with the scheduler d
 Kubernetes `activeDeadlineSeconds` would.
 
 Signals it understands (sent by the executor):
-- SIGTERM: stop. Forwarded to the run's group; SIGKILL follows after the grace written
-  to `stop.json` (or `--grace-s`).
+- SIGTERM: stop. The first one is forwarded to the run's group; SIGKILL follows after the
+  grace written to `stop.json` (or `--grace-s`). Repeats are noted and not forwarded: a
+  second SIGTERM reaching a runner that is saving its checkpoint must never kill it.
 - SIGUSR1: kill. SIGKILL to the run's group now.
 SIGINT and SIGHUP are ignored: the supervisor has no terminal and must outlive its parent.
 
@@ -127,8 +128,11 @@ class Supervisor:
 
     def _terminate(self, reason: str, grace_s: int) -> None:
         kill_at = time.time() + grace_s
-        if self.kill_at is None or kill_at < self.kill_at:
-            self.kill_at = kill_at
+        if self.kill_at is not None:  # already stopping: the run has its SIGTERM
+            self.kill_at = min(self.kill_at, kill_at)  # a shorter grace still counts
+            self._note(f"{reason}: already stopping; SIGTERM not forwarded again")
+            return
+        self.kill_at = kill_at
         if self.reason == "exited":
             self.reason = reason
         self._note(f"{reason}: SIGTERM to the run's process group, SIGKILL in {grace_s}s")

@@ -1,5 +1,5 @@
-"""The normalized job spec, stored at submit. Jobs submitted before it get theirs from the raw
-document with the defaults launch used to apply (epochs 10, imgsz 640, batch 16)."""
+"""The parsed job spec, stored at submit. Jobs submitted before it get theirs from the raw
+document; what it left out stays None (the image's defaults fill it when a run starts)."""
 
 from django.db import migrations, models
 
@@ -14,8 +14,9 @@ def fill(apps, schema_editor):
             "task_name": job.name, "image": raw.get("image", ""), "team": raw.get("team", ""),
             "gpus": job.gpus_needed, "priority": job.priority, "checkpointable": job.checkpointable,
             "yolo": {
-                "model": yolo.get("model"), "data": yolo.get("data"), "epochs": yolo.get("epochs", 10),
-                "imgsz": yolo.get("imgsz", 640), "batch": yolo.get("batch", 16), "extra": yolo.get("extra") or {},
+                "model": yolo.get("model"), "data": yolo.get("data"), "epochs": yolo.get("epochs"),
+                "imgsz": yolo.get("imgsz"), "batch": yolo.get("batch"), "extra": yolo.get("extra") or {},
+                "export": yolo.get("export"),
             } if isinstance(yolo, dict) and not job.argv else None,
             "command": list(job.argv or []),
             "memory": str(resources["memory"]) if resources.get("memory") else None,

@@ -22,6 +22,7 @@ class CheckpointInfo:
     epochs: int | None  # the training's total, from its args
     has_optimizer: bool
     train_results: dict[str, list[Any]] | None
+    gpus: int | None = None  # how many GPUs trained it (train_args.device); 0 on the CPU
 
     @property
     def resumable(self) -> bool:
@@ -36,6 +37,12 @@ class CheckpointInfo:
     @property
     def all_epochs_done(self) -> bool:
         return self.epochs is not None and self.epoch + 1 >= self.epochs
+
+
+def device_count(device: Any) -> int | None:
+    from training.runner.ddp import device_count as count
+
+    return count(device)
 
 
 def inspect_checkpoint(path: Path) -> CheckpointInfo:
@@ -63,6 +70,7 @@ def inspect_checkpoint(path: Path) -> CheckpointInfo:
         epochs=int(epochs) if isinstance(epochs, int) else None,
         has_optimizer=ckpt.get("optimizer") is not None,
         train_results=results if isinstance(results, dict) and results.get("epoch") else None,
+        gpus=device_count(train_args.get("device")) if isinstance(train_args, dict) else None,
     )
 
 

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="validate the spec and the files it names, print it, and exit (needs no torch)",
     )
+    parser.add_argument("--ddp-rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the DDP launcher
     options = parser.parse_args(argv)
     events = _claim_stdout()
     try:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.runner.run import run
 
-    code = run(spec, events)
+    code = run(spec, events, ddp_rank=options.ddp_rank)
     return exitcodes.EXIT_FAILED if code is None else code
 
 

@@ -18,6 +18,7 @@ training starts from ``model``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import sys
@@ -71,20 +72,140 @@ def export_target(source: Path, fmt: str) -> Path:
     return source.with_name(source.stem + EXPORT_SUFFIXES[fmt])
 
 
-def run(spec: RunSpec, out: IO[str]) -> int:
-    """Train as ``spec`` says, writing progress events to ``out``; return the exit code."""
-    return Runner(spec, out).run()
+def run(spec: RunSpec, out: IO[str], *, ddp_rank: int | None = None) -> int:
+    """Train as ``spec`` says, writing progress events to ``out``; return the exit code.
+
+    With several GPUs this process launches one DDP worker per GPU (ddp.py) and waits; a
+    worker (``ddp_rank`` set) trains its share, and rank 0 reports, exports and ends the run."""
+    if spec.gpu_count > 1 and ddp_rank is None:
+        return run_distributed(spec, out)
+    return Runner(spec, out, ddp_rank=ddp_rank).run()
+
+
+def run_distributed(spec: RunSpec, out: IO[str]) -> int:
+    """The launcher of a multi-GPU run: start the workers, forward one SIGTERM to each, and
+    end with rank 0's code. At ``must_end_by`` it kills what is left and records the last
+    checkpoint, as a single-GPU run's watchdog does."""
+    from training.runner import ddp
+
+    spec.output_dir.mkdir(parents=True, exist_ok=True)
+    refusal = _gpu_count_refusal(spec)
+    if refusal:
+        message = termination_message(
+            run_id=spec.run_id, status="failed", exit_code=exitcodes.EXIT_FAILED, reason=refusal, error="checkpoint"
+        )
+        _end_without_rank0(spec, message, out)
+        return exitcodes.EXIT_FAILED
+    spec_path = spec.output_dir / f".ddp-spec-{spec.run_id}.json"
+    spec_path.write_text(json.dumps(_spec_as_json(spec)), encoding="utf-8")
+    spec_path.chmod(0o600)  # it holds the report token
+    commands = ddp.worker_commands(
+        spec_path, spec.gpu_count, master_port=ddp.free_port(), base_env=dict(os.environ)
+    )
+    out.flush()
+    launched = time.time()
+    launcher = ddp.Launcher(commands, stdout0=out.fileno(), kill_after_s=max(spec.grace_s, 10.0))
+    launcher.install_signal_handlers()
+    launcher.start()
+    deadline = spec.must_end_by.timestamp() if spec.must_end_by else None
+    stop_at = spec.stop_at()
+    timer = None
+    if stop_at is not None:
+        timer = threading.Timer(max(stop_at - time.time(), 0.0), launcher.stop)
+        timer.daemon = True
+        timer.start()
+    killer = None
+    if deadline is not None:
+        killer = threading.Timer(max(deadline - time.time(), 0.0), launcher.kill)
+        killer.daemon = True
+        killer.start()
+    try:
+        codes = launcher.wait()
+    finally:
+        for pending in (timer, killer):
+            if pending is not None:
+                pending.cancel()
+        with contextlib.suppress(OSError):
+            spec_path.unlink()
+    code = ddp.overall_exit_code(
+        codes, succeeded=exitcodes.EXIT_SUCCEEDED, checkpointed=exitcodes.EXIT_CHECKPOINTED,
+        failed=exitcodes.EXIT_FAILED,
+    )
+    ending = spec.output_dir / "termination.json"
+    if ending.is_file() and ending.stat().st_mtime >= launched and codes[0] >= 0:
+        return code
+    # Rank 0 did not record the end: killed at must_end_by, or it died.
+    last = spec.output_dir / SAVE_DIR_NAME / "weights" / "last.pt"
+    if deadline is not None and time.time() >= deadline:
+        message = termination_message(
+            run_id=spec.run_id, status="checkpointed", exit_code=exitcodes.EXIT_CHECKPOINTED,
+            checkpoint=last if last.is_file() else None, reason="must_end_by reached before the DDP workers "
+            "could stop at a batch boundary; the last completed epoch's checkpoint is kept", forced=True,
+        )
+        code = exitcodes.EXIT_CHECKPOINTED
+    else:
+        message = termination_message(
+            run_id=spec.run_id, status="failed", exit_code=exitcodes.EXIT_FAILED,
+            reason=f"DDP workers ended with codes {codes} before rank 0 recorded the end", error="internal",
+        )
+        code = exitcodes.EXIT_FAILED
+    _end_without_rank0(spec, message, out)
+    return code
+
+
+def _end_without_rank0(spec: RunSpec, message: dict[str, Any], out: IO[str]) -> None:
+    """The launcher records the end itself (same file, same event shape) when no rank did."""
+    write_termination(message, spec.output_dir)
+    event = {"run_id": spec.run_id, "event": message["status"], "epoch": message.get("epoch") or 0,
+             "epochs": spec.epochs, "metrics": {}, "time": message["time"], "detail": message}
+    out.write(json.dumps(event, separators=(",", ":")) + "\n")
+    out.flush()
+
+
+def _gpu_count_refusal(spec: RunSpec) -> str | None:
+    """Checked by the launcher, before any worker starts (each worker checks again)."""
+    own = spec.output_dir / SAVE_DIR_NAME / "weights" / "last.pt"
+    candidate = own if own.is_file() else spec.resume_from
+    if candidate is None:
+        return None
+    from training.runner.ddp import gpu_count_refusal
+    from training.runner.offline import prepare_environment
+
+    prepare_environment(spec.output_dir / CONFIG_DIR_NAME)
+    try:
+        info = inspect_checkpoint(candidate)
+    except CheckpointError:
+        return None  # rank 0 reports it in its own words
+    if not info.resumable:
+        return None
+    return gpu_count_refusal(info.gpus, spec.gpu_count, allowed=spec.allow_gpu_count_change)
+
+
+def _spec_as_json(spec: RunSpec) -> dict[str, Any]:
+    from training.runner.cli import spec_summary
+
+    data = spec_summary(spec)
+    data["report_token"] = spec.report_token
+    return {key: value for key, value in data.items() if value is not None}
 
 
 class Runner:
-    def __init__(self, spec: RunSpec, out: IO[str]) -> None:
+    def __init__(self, spec: RunSpec, out: IO[str], *, ddp_rank: int | None = None) -> None:
         self.spec = spec
         self.out = out
         self.started = time.monotonic()
         self.save_dir = spec.output_dir / SAVE_DIR_NAME
         self.phase = "starting"
         self.events: Events | None = None
-        self.stop = GracefulStop(stop_at=spec.stop_at(), partial_epoch=spec.partial_epoch)
+        self.rank = ddp_rank or 0  # only rank 0 reports, exports and writes the end
+        if ddp_rank is not None:
+            from training.runner.ddp import DistributedStop
+
+            self.stop: GracefulStop = DistributedStop(
+                rank=ddp_rank, stop_at=spec.stop_at(), partial_epoch=spec.partial_epoch
+            )
+        else:
+            self.stop = GracefulStop(stop_at=spec.stop_at(), partial_epoch=spec.partial_epoch)
         self.epochs = spec.epochs
         self.resumed: CheckpointInfo | None = None
         self.trainer: Any = None
@@ -108,9 +229,12 @@ class Runner:
                 error="spec",
             )
         reporter = None
-        if spec.report_url and spec.report_token:
+        if spec.report_url and spec.report_token and self.rank == 0:
             reporter = Reporter(spec.report_url, spec.report_token)
-        self.events = Events(spec.run_id, self.out, log_file=spec.output_dir / EVENTS_FILE, reporter=reporter)
+        if self.rank == 0:
+            self.events = Events(spec.run_id, self.out, log_file=spec.output_dir / EVENTS_FILE, reporter=reporter)
+        else:  # the other DDP ranks train silently: rank 0 speaks for the run
+            self.events = Events(spec.run_id, open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the run)
         self.events.epochs = spec.epochs
         delay = float(os.environ.get(BATCH_DELAY_ENV) or 0)
         if delay > 0:
@@ -194,6 +318,13 @@ class Runner:
             return "fresh", None
         info = inspect_checkpoint(candidate)
         if info.resumable and not info.all_epochs_done:
+            from training.runner.ddp import gpu_count_refusal
+
+            refusal = gpu_count_refusal(
+                info.gpus, self.spec.gpu_count, allowed=self.spec.allow_gpu_count_change
+            )
+            if refusal:
+                raise CheckpointError(refusal)
             return "resume", info
         if candidate == own:
             # Stripped by final_eval (or killed right after the last epoch): training is done.
@@ -253,6 +384,8 @@ class Runner:
 
     def _finish(self) -> int:
         """Export, write the manifest and end as succeeded."""
+        if self.rank != 0:
+            return exitcodes.EXIT_SUCCEEDED
         self.phase = "export"
         weights = self.save_dir / "weights"
         best = weights / "best.pt"
@@ -411,6 +544,9 @@ class Runner:
         # the watchdog gives way (None) if the main thread is ending the run already.
         if not self._ending.acquire(blocking=threading.current_thread() is threading.main_thread()):
             return None
+        if self.rank != 0:  # rank 0 records the end of a DDP run
+            print(f"gpubook-runner rank {self.rank}: {status}: {reason}", file=sys.stderr, flush=True)
+            return code
         message = termination_message(
             run_id=self.spec.run_id,
             status=status,

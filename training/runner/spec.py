@@ -10,8 +10,9 @@ Example (every field; the optional ones show their defaults)::
       "epochs": 30,                        # int >= 1
       "imgsz": 640,                        # int 32..8192
       "batch": 16,                         # int >= 1, or -1 for Ultralytics AutoBatch
-      "device": [0],                       # [one CUDA index] (as the process sees it) or "cpu";
-                                           # multi-GPU (DDP) is refused for now
+      "device": [0],                       # CUDA indices (as the process sees them) or "cpu";
+                                           # several: one DDP worker per GPU (ddp.py)
+      "allow_gpu_count_change": false,     # resume a checkpoint trained on another number of GPUs
       "workers": 2,                        # DataLoader worker processes, >= 0 (honoured on CPU too)
       "output_dir": "/runs/42",            # created if missing; everything the run writes goes here
       "resume_from": null,                 # a resumable last.pt (e.g. the previous run's)
@@ -165,6 +166,7 @@ _OPTIONAL = (
     "partial_epoch",
     "export",
     "extra",
+    "allow_gpu_count_change",
 )
 
 
@@ -189,6 +191,12 @@ class RunSpec:
     partial_epoch: str = "redo"
     export: tuple[str, ...] = ("onnx",)
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    allow_gpu_count_change: bool = False
+
+    @property
+    def gpu_count(self) -> int:
+        """0 on the CPU; DDP when more than 1."""
+        return 0 if self.device == "cpu" else len(self.device)
 
     @property
     def model_is_weights(self) -> bool:
@@ -275,6 +283,10 @@ def parse_spec(data: Any, *, cwd: Path | None = None) -> RunSpec:
         kwargs["export"] = _export(data["export"])
     if data.get("extra") is not None:
         kwargs["extra"] = _extra(data["extra"])
+    if data.get("allow_gpu_count_change") is not None:
+        if not _boolean(data["allow_gpu_count_change"]):
+            raise SpecError("allow_gpu_count_change", f"must be true or false, got {data['allow_gpu_count_change']!r}")
+        kwargs["allow_gpu_count_change"] = data["allow_gpu_count_change"]
     return RunSpec(**kwargs)
 
 
@@ -310,13 +322,7 @@ def _device(value: Any) -> tuple[int, ...] | str:
         and all(_integer(v) and 0 <= v < 1024 for v in value)
         and len(set(value)) == len(value)
     ):
-        if len(value) > 1:
-            # Ultralytics trains on several GPUs through DDP subprocesses that unpickle the
-            # callbacks (with cloudpickle, fetched at run time); the stop/checkpoint path has
-            # not been made or tested to work there.
-            raise SpecError(
-                "device", f"the runner trains on one GPU; multi-GPU (DDP) is not supported yet, got {value!r}"
-            )
+        # Several GPUs: the runner launches one DDP worker per GPU itself (ddp.py).
         return tuple(value)
     raise SpecError("device", f'must be "cpu" or a non-empty list of distinct GPU indices, got {value!r}')
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+SAVE_DELAY_ENV = "GPUBOOK_RUNNER_SAVE_DELAY_S"
 SIDECAR_SUFFIX = ".stop.json"  # next to a checkpoint written mid-epoch: where it stopped
 
 
@@ -90,13 +91,18 @@ class GracefulStop:
         self.stopped_in_epoch: int | None = None  # 1-based
         self.save_s: float | None = None
         self.after_batch: Callable[[Any], None] | None = None  # test hook (batch delay)
+        # Test hook: a checkpoint that takes this long to save (a large model's), so tests can
+        # send signals while it is being written.
+        self.save_delay_s = float(os.environ.get(SAVE_DELAY_ENV) or 0)
         self._in_epoch = False
+        self._handlers_installed = False
 
     # -- requests ------------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> GracefulStop:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        self._handlers_installed = True
         return self
 
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -104,13 +110,22 @@ class GracefulStop:
         if self.reason is None:
             self.reason = f"signal {signal.Signals(signum).name}"
             self.requested_monotonic = time.monotonic()
-        elif not self.saving.is_set():
-            os._exit(128 + signum)  # a second signal: give up now (but never mid-save)
+            # From now on the run is saving and exiting: further SIGTERMs are ignored by the
+            # kernel itself. (A Python handler would not do: the interpreter restores the
+            # default action while it shuts down, and a SIGTERM then kills it with 143 after
+            # it wrote "checkpointed". SIG_IGN is kept through shutdown.)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        elif signum == signal.SIGINT and not self.saving.is_set() and self.checkpoint is None:
+            os._exit(128 + signum)  # Ctrl-C twice at a terminal, with nothing being saved: give up now
+        # A repeated SIGTERM is ignored: the run is already saving and exiting, and dying of
+        # it would turn a good checkpoint into a failure. SIGKILL after the grace is the backstop.
 
     def requested(self) -> bool:
         if self.reason is None and self.stop_at is not None and self.clock() >= self.stop_at:
             self.reason = "must_end_by"
             self.requested_monotonic = time.monotonic()
+            if self._handlers_installed and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping already: see _on_signal
         return self.reason is not None
 
     # -- callbacks -----------------------------------------------------------------------------
@@ -143,6 +158,8 @@ class GracefulStop:
                 # fitness nan: best.pt is left alone; save_period -1: no epochN.pt
                 trainer.epoch, trainer.fitness, trainer.save_period = mark, float("nan"), -1
                 trainer.save_model()
+                if self.save_delay_s > 0:
+                    time.sleep(self.save_delay_s)
                 write_sidecar(trainer.last, {"checkpoint_epoch": mark, "interrupted_epoch": epoch})
             finally:
                 trainer.epoch, trainer.fitness, trainer.save_period = saved

@@ -179,3 +179,15 @@ def test_a_pod_stuck_past_the_patience_fails_the_run_in_words(cluster, reason, m
     executor.cleanup(handle)
     assert fake.job(NS, JOB) is None and not fake.pods_of(NS, JOB)
     assert not fake.kubelet.terminations  # nothing ever ran
+
+
+def test_a_container_that_cannot_start_says_so_in_its_status(cluster):
+    fake, _ = cluster
+    executor = executor_for(fake)
+    spec = make_spec(
+        argv=["/runs/vision/no-such-program"], output_dir=OUT, must_end_by=datetime.now(UTC) + timedelta(hours=1)
+    )
+    executor.start(spec)
+    observed = wait_until(lambda: next((o for o in executor.observe() if o.reason == "CreateContainerError"), None))
+    assert "no-such-program" in observed.detail and not fake.kubelet.terminations
+    assert not fake.kubelet.errors

@@ -94,7 +94,6 @@ def test_relative_paths_resolve_against_cwd(files, tmp_path):
         ({"device": "cuda"}, "device", '"cpu" or'),
         ({"device": []}, "device", "non-empty"),
         ({"device": [0, 0]}, "device", "distinct"),
-        ({"device": [0, 1]}, "device", "multi-GPU (DDP) is not supported"),
         ({"workers": -1}, "workers", "integer"),
         ({"data": "/nowhere/data.yaml"}, "data", "file not found: /nowhere/data.yaml"),
         ({"data": "https://x/data.yaml"}, "data", "no downloads"),

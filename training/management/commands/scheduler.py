@@ -11,10 +11,11 @@ from django.utils import timezone
 from gpus.telemetry.hooks import telemetry_tick
 from notifications.delivery import notifications_run_once
 from training.execution import executor_from_settings
+from training.logs import logs_collect
 from training.loop import scheduler_tick
 
 # Each takes `now`; Celery runs the same work as separate beat tasks.
-EMBEDDED_HOOKS = [telemetry_tick, lambda now: notifications_run_once(now=now)]
+EMBEDDED_HOOKS = [telemetry_tick, lambda now: notifications_run_once(now=now), lambda now: logs_collect(now=now)]
 
 
 class Command(BaseCommand):
