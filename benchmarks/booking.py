@@ -33,8 +33,9 @@ def seed(clients: int) -> tuple[list[int], list[tuple[int, int, str]]]:
     """GPUs, teams and one user + token per client. Returns (gpu ids, [(user, team, token)])."""
     django_on(DATABASE_URL)
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
+    from django.utils import timezone
 
+    from accounts.services import api_token_issue
     from gpus.models import Gpu, Node
     from reservations.models import Membership, Team
 
@@ -51,7 +52,7 @@ def seed(clients: int) -> tuple[list[int], list[tuple[int, int, str]]]:
         user = get_user_model().objects.create_user(username=f"client{number}")
         team = teams[number % TEAMS]
         Membership.objects.create(user=user, team=team)
-        people.append((user.pk, team.pk, Token.objects.create(user=user).key))
+        people.append((user.pk, team.pk, api_token_issue(user=user, now=timezone.now())[1]))
     from django.db import connections
 
     connections.close_all()

@@ -60,6 +60,7 @@ class ErrorCode(StrEnum):
     NOT_WAITING = "not_waiting"
     RUN_ENDED = "run_ended"
     ENGINE_NEEDS_NVIDIA = "engine_needs_nvidia"
+    COMMAND_JOBS_REFUSED = "command_jobs_refused"
     NO_ADVICE = "no_advice"
     # model registry
     INVALID_NAME = "invalid_name"
@@ -145,6 +146,7 @@ ERROR_CODE_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.NOT_WAITING: "The job is not waiting.",
     ErrorCode.RUN_ENDED: "The run has ended; its report token no longer writes.",
     ErrorCode.ENGINE_NEEDS_NVIDIA: "The requested export format needs an NVIDIA GPU the job does not get.",
+    ErrorCode.COMMAND_JOBS_REFUSED: "Command jobs need GPUBOOK_JOB_USER (or GPUBOOK_SINGLE_USER) on a local executor.",
     ErrorCode.NO_ADVICE: "Batch advice is only for YOLO jobs with an allowed image.",
     ErrorCode.INVALID_NAME: "A model name is lower-case letters, digits and dashes.",
     ErrorCode.INVALID_VERSION: "A model version is malformed.",

@@ -43,17 +43,7 @@ def _replace(target: type, **methods) -> type:
     return extend_schema_view(**methods)(type(target.__name__, (target,), {"__module__": target.__module__}))
 
 
-class TokenViewSchema(OpenApiViewExtension):
-    target_class = "reservations.api.TokenView"
-
-    def view_replacement(self):
-        return _replace(self.target_class, post=extend_schema(
-            request=inline_serializer("TokenCredentials", {
-                "username": serializers.CharField(), "password": serializers.CharField(),
-            }),
-            responses={200: inline_serializer("Token", {"token": serializers.CharField(min_length=40, max_length=40)})},
-            auth=[],
-        ))
+# The token endpoint (accounts/api.py) declares its own schema.
 
 
 class NodeAvailabilitySchema(OpenApiViewExtension):

@@ -6,6 +6,8 @@ merely deep makes every later walk over it (validation, storage, rendering) slow
 string is refused by PostgreSQL's text columns. Both are turned away here, once, as a 400.
 """
 
+import re
+
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
@@ -13,14 +15,20 @@ from rest_framework.parsers import JSONParser
 MAX_JSON_DEPTH = 32
 
 
+# NUL, and lone UTF-16 surrogates ("\ud800" is valid JSON but no Unicode text: it cannot be
+# encoded for the database or a response).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def check_json_value(value: object, *, max_depth: int = MAX_JSON_DEPTH) -> None:
-    """Raise ValueError if `value` (decoded JSON) nests deeper than `max_depth` or holds a NUL."""
+    """Raise ValueError if `value` (decoded JSON) nests deeper than `max_depth` or holds a
+    character no text column can store (NUL, a lone surrogate)."""
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise ValueError("strings may not contain NUL characters")
+            if UNSTORABLE.search(item):
+                raise ValueError("strings may not contain NUL characters or lone surrogates")
             continue
         if not isinstance(item, (dict, list)):
             continue
@@ -28,8 +36,8 @@ def check_json_value(value: object, *, max_depth: int = MAX_JSON_DEPTH) -> None:
             raise ValueError(f"nested deeper than {max_depth} levels")
         if isinstance(item, dict):
             for key, child in item.items():
-                if "\x00" in key:
-                    raise ValueError("keys may not contain NUL characters")
+                if UNSTORABLE.search(key):
+                    raise ValueError("keys may not contain NUL characters or lone surrogates")
                 stack.append((child, depth + 1))
         else:
             stack.extend((child, depth + 1) for child in item)

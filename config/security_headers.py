@@ -39,3 +39,25 @@ class ContentSecurityPolicyMiddleware:
         response.headers.setdefault("Content-Security-Policy", self.header)
         response.headers.setdefault("Referrer-Policy", "same-origin")
         return response
+
+
+# --- secrets in URLs kept out of logs -------------------------------------------------------------
+import logging  # noqa: E402
+import re  # noqa: E402
+
+# A calendar feed is fetched by calendar apps that can only send a URL, so its token is in the
+# path; access logs (runserver's django.server, gunicorn.access, django.request) must not keep it.
+_ICAL_TOKEN = re.compile(r"(/ical/)[^/\s\"'?]+?(\.ics)")
+
+
+def redact(text: str) -> str:
+    return _ICAL_TOKEN.sub(r"\1[token]\2", text)
+
+
+class RedactSecretsFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True

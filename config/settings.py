@@ -174,7 +174,8 @@ GPUBOOK_BASE_URL = env_str("GPUBOOK_BASE_URL", "http://127.0.0.1:8000")
 # Telemetry and monitoring (gpus/telemetry, gpus/metrics.py, training/watchdog.py).
 GPUBOOK_METRICS_TOKEN = env_str("GPUBOOK_METRICS_TOKEN", "")  # Bearer token for /metrics
 # Without a token, /metrics answers only these networks (checked against REMOTE_ADDR).
-GPUBOOK_METRICS_ALLOWED_NETWORKS = env_list("GPUBOOK_METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
+# None by default: behind a proxy on the same host every request comes from 127.0.0.1.
+GPUBOOK_METRICS_ALLOWED_NETWORKS = env_list("GPUBOOK_METRICS_ALLOWED_NETWORKS", [])
 GPUBOOK_TELEMETRY_RETENTION_DAYS = env_int("GPUBOOK_TELEMETRY_RETENTION_DAYS", 30, minimum=1)
 # The embedded loop samples this host's GPUs; set false where a gpu_agent or Prometheus does it.
 GPUBOOK_TELEMETRY_LOCAL = env_bool("GPUBOOK_TELEMETRY_LOCAL", True)
@@ -233,10 +234,16 @@ CELERY_IMPORTS = ["gpus.telemetry.tasks"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"redact_secrets": {"()": "config.security_headers.RedactSecretsFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # A refused booking (409) is business as usual, not a warning; 5xx are still logged.
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # Access logs through the redacting handler: iCal feed tokens never reach a log line.
+        "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }
 
 # --- run logs and their archive (issue #17, training/logs.py) ----------------------------------
@@ -307,6 +314,32 @@ SPECTACULAR_SETTINGS.update({"SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_H
                              "REDOC_DIST": "SIDECAR"})
 MIDDLEWARE.insert(2, "config.input_guards.RejectNulMiddleware")
 REST_FRAMEWORK["DEFAULT_PAGINATION_CLASS"] = "config.input_guards.BoundedLimitOffsetPagination"
+
+# Log-in guessing (config/login_guard.py): failures per address and per username in a window.
+GPUBOOK_NUM_PROXIES = env_int("GPUBOOK_NUM_PROXIES", 0, minimum=0)  # trusted proxies in front
+REST_FRAMEWORK["NUM_PROXIES"] = GPUBOOK_NUM_PROXIES  # DRF's throttles read the same address
+GPUBOOK_LOGIN_MAX_FAILURES_PER_USERNAME = env_int("GPUBOOK_LOGIN_MAX_FAILURES_PER_USERNAME", 10, minimum=1)
+GPUBOOK_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("GPUBOOK_LOGIN_MAX_FAILURES_PER_ADDRESS", 50, minimum=1)
+GPUBOOK_LOGIN_LOCKOUT_SECONDS = env_int("GPUBOOK_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+if REDIS_URL:  # one cache for every worker: throttle and lockout counts are shared
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "gpubook"}}
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# API tokens of our own (accounts/): stored hashed, listed and revoked by their owner, dead
+# after GPUBOOK_API_TOKEN_DAYS (0: never) and on a password change.
+INSTALLED_APPS.append("accounts")
+GPUBOOK_API_TOKEN_DAYS = env_int("GPUBOOK_API_TOKEN_DAYS", 90, minimum=0)
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
+    "accounts.authentication.ApiTokenAuthentication",
+    "rest_framework.authentication.SessionAuthentication",
+]
+
 # --- API docs and schema (issue 16): config/openapi.py makes the schema exact. ----------------
 SPECTACULAR_SETTINGS.update({
     "COMPONENT_SPLIT_REQUEST": True,  # request and response shapes differ (read-only, required fields)
@@ -323,3 +356,8 @@ SPECTACULAR_SETTINGS.update({
 # The waitlist sweep offers freed slots, oldest entry first; entries expire at the slot's start.
 CELERY_BEAT_SCHEDULE["waitlist"] = {"task": "reservations.waitlist_run_once", "schedule": 30.0}
 CELERY_IMPORTS = [*CELERY_IMPORTS, "reservations.tasks"]
+# Local jobs cannot read the server (training/executors/local.py, README "Job isolation"):
+# jobs run as this unprivileged OS user; without one, command jobs are refused unless the
+# workstation declares a single trusted user.
+GPUBOOK_JOB_USER = env_str("GPUBOOK_JOB_USER", "")
+GPUBOOK_SINGLE_USER = env_bool("GPUBOOK_SINGLE_USER", False)

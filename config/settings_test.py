@@ -12,3 +12,9 @@ from config.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_CLASSES": []}  # noqa: F405
+# Throttle and lockout counts stay in this process (never a shared Redis between checkouts);
+# tests/conftest.py clears them between tests.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# The suite runs command jobs with the local executor as the test's own user (the isolation
+# and the refusal are tested with their settings changed: tests/security/test_job_isolation.py).
+GPUBOOK_SINGLE_USER = True

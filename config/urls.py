@@ -5,13 +5,18 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from config import openapi  # noqa: F401  (registers the schema extensions before any schema is built)
 from config.api_errors import api_not_found
 from config.health import favicon, healthz
+from config.login_guard import GuardedAdminAuthenticationForm, GuardedLoginView
 from gpus.metrics import metrics_view
+
+admin.site.login_form = GuardedAdminAuthenticationForm
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/login/", GuardedLoginView.as_view(), name="login"),  # before auth.urls' own
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("reservations.urls")),
     path("", include("training.urls")),
+    path("api/v1/auth/", include("accounts.api_urls")),
     path("api/v1/", include("reservations.api_urls")),
     path("api/v1/", include("training.api_urls")),
     path("api/v1/", include("gpus.api_urls")),

@@ -9,7 +9,7 @@ room at load (DESIGN.md "Rooms"). The quota figures come from the one quota sele
 reservations.selectors.quota_positions, imported when a scrape asks for them.
 
 Access: a bearer token (GPUBOOK_METRICS_TOKEN) or a client address inside
-GPUBOOK_METRICS_ALLOWED_NETWORKS (default: loopback only). The address is REMOTE_ADDR; behind
+GPUBOOK_METRICS_ALLOWED_NETWORKS (default: none). The address is REMOTE_ADDR; behind
 a reverse proxy, use the token.
 
 Recording hooks:

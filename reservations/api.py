@@ -2,16 +2,13 @@
 
 import datetime as dt
 
-from django.contrib.auth import authenticate
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, permissions, status, viewsets
-from rest_framework.authtoken.models import Token
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from config.errors import DomainError, ErrorCode, NotFound, NotPermitted
@@ -31,25 +28,6 @@ from reservations.serializers import (
 )
 
 MAX_AVAILABILITY_WINDOW = dt.timedelta(days=62)
-
-
-class TokenView(APIView):
-    """Exchange a username and password for an API token."""
-
-    permission_classes = [permissions.AllowAny]
-    throttle_classes = [ScopedRateThrottle]
-    throttle_scope = "auth"
-
-    @extend_schema(request=None, responses={200: dict})
-    def post(self, request):
-        username, password = request.data.get("username"), request.data.get("password")
-        if not isinstance(username, str) or not isinstance(password, str):
-            raise DomainError(ErrorCode.INVALID, "Send a username and a password.")
-        user = authenticate(request, username=username, password=password)
-        if user is None or not user.is_active:
-            raise DomainError(ErrorCode.INVALID_CREDENTIALS, "Unknown username or wrong password.")
-        token, _ = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key})
 
 
 def _time_range(params) -> tuple[dt.datetime, dt.datetime]:
@@ -263,9 +241,9 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         }
 
     def partial_update(self, request, pk=None):
+        team = self.get_object()  # first: a team the caller cannot see is a 404, not a 403
         if not request.user.is_superuser:
             raise NotPermitted(ErrorCode.NOT_PERMITTED, "Only admins may change team quotas.")
-        team = self.get_object()
         data = TeamSerializer(team, data=request.data, partial=True, context=self.get_serializer_context())
         data.is_valid(raise_exception=True)
         services.team_update_settings(

@@ -11,7 +11,6 @@ router.register("series", recurring.SeriesViewSet, basename="series")  # recurri
 router.register("waitlist", waitlist.WaitlistViewSet, basename="waitlist")
 
 urlpatterns = [
-    path("auth/token/", api.TokenView.as_view(), name="api-token"),
     path("nodes/<int:pk>/availability/", api.NodeAvailabilityView.as_view(), name="node-availability"),
     *router.urls,
 ]

@@ -476,7 +476,12 @@ def reservation_reschedule(
         )
         before = _snapshot(locked)
         locked.start, locked.end, locked.updated_at = new_start, new_end, now
-        locked.save(update_fields=["start", "end", "updated_at"])
+        # An approval covered the old times only: moved by someone who cannot approve, an
+        # upcoming booking of an approval team waits for a manager again (issue #14).
+        if (locked.team.requires_approval and not begun and locked.status == Reservation.Status.CONFIRMED
+                and not selectors.user_can_manage_team(user=actor, team_id=locked.team_id)):
+            locked.status = Reservation.Status.PENDING
+        locked.save(update_fields=["start", "end", "updated_at", "status"])
         _under_constraint(
             lambda: ReservationGpu.objects.filter(reservation=locked).update(start=new_start, end=new_end),
             user=actor,

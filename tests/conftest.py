@@ -48,3 +48,12 @@ def future_day():
     real clock) treat it as bookable, near enough for the default 60-day horizon."""
     today = dt.datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     return today + dt.timedelta(days=3)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Log-in failure counts (config/login_guard.py) live in the cache: no test inherits them."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield

@@ -67,11 +67,11 @@ def client_for(user, *, api: bool = False, **kwargs):
         client = Client(**kwargs)
         client.force_login(user)
         return client
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from tests.security.tokens import token_for
 
     client = APIClient(**kwargs)
     if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client

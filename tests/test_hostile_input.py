@@ -3,8 +3,9 @@
 import datetime as dt
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tests.security.tokens import token_for
 
 HUGE = 2**70
 
@@ -12,7 +13,7 @@ HUGE = 2**70
 @pytest.fixture
 def client(people, inventory):
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=people['owner']).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token_for(people['owner'])}")
     return api
 
 

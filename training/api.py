@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import DomainError, NotPermitted
+from config.errors import DomainError, ErrorCode, NotPermitted
 from reservations.api import path_id
 from training import advice, selectors, services
 from training.execution import executor_from_settings
@@ -55,7 +55,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         document = values["spec"] if "spec" in values else services.job_spec_from_text(text=values["spec_yaml"])
         found = advice.advice_for_document(document=document, reservation_id=values.get("reservation"))
         if found is None:
-            raise DomainError("no_advice", "Batch advice is for YOLO jobs with an allowed image.")
+            raise DomainError(ErrorCode.NO_ADVICE, "Batch advice is for YOLO jobs with an allowed image.")
         return Response(found)
 
     @extend_schema(request=None, responses={200: JobSerializer})
@@ -114,7 +114,7 @@ MAX_SIZE = 2**63 - 1  # Artifact.size_bytes is a 64-bit column
 
 
 def _refuse(detail: str) -> DomainError:
-    return DomainError("invalid_report", detail)
+    return DomainError(ErrorCode.INVALID_REPORT, detail)
 
 
 def _is_int(value: object) -> bool:
@@ -122,7 +122,7 @@ def _is_int(value: object) -> bool:
 
 
 def validated_report(body: object) -> dict:
-    """The report with its numbers and names checked; raises DomainError("invalid_report")."""
+    """The report with its numbers and names checked; raises DomainError(ErrorCode.INVALID_REPORT)."""
     if not isinstance(body, dict):
         raise _refuse("The report must be a JSON object.")
     epoch = body.get("epoch")
@@ -172,7 +172,7 @@ class RunReportView(APIView):
     def post(self, request, pk: int):
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer "):
-            raise NotPermitted("invalid_run_token", "Send the run's token as `Authorization: Bearer <token>`.")
+            raise NotPermitted(ErrorCode.INVALID_RUN_TOKEN, "Send the run's token as `Authorization: Bearer <token>`.")
         run_id = path_id(pk)
         body = validated_report(request.data)
         services.run_report_record(run_id=run_id, token=header[len("Bearer "):], body=body, now=timezone.now())

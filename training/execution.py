@@ -62,4 +62,21 @@ def executor_from_settings() -> Executor:
         return KubernetesExecutor(kubernetes_config_from_settings())
     from training.executors.local import LocalConfig, LocalExecutor
 
-    return LocalExecutor(LocalConfig(state_dir=Path(settings.VAR_DIR) / "executor"))
+    job_user = settings.GPUBOOK_JOB_USER
+    if job_user:
+        _close_server_files()
+    return LocalExecutor(LocalConfig(
+        state_dir=Path(settings.VAR_DIR) / "executor", job_user=job_user,
+        refuse_commands=not job_user and not settings.GPUBOOK_SINGLE_USER,
+    ))
+
+
+def _close_server_files() -> None:
+    """Jobs run as GPUBOOK_JOB_USER: the SQLite database (and its journal files) must not be
+    readable by them. Directories stay traversable so the job reaches its runs folder."""
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            path = Path(str(database["NAME"]) + suffix)
+            if path.exists():
+                path.chmod(0o600)

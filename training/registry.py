@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 
-from config.errors import Conflict, DomainError, NotFound
+from config.errors import Conflict, DomainError, ErrorCode, NotFound
 from reservations import selectors as reservation_selectors
 from reservations.models import Team
 from training.models import Artifact, ModelVersion, RegisteredModel, Run, RunMetric
@@ -40,16 +40,18 @@ def model_promote(*, run_id: int, name: str, actor: AbstractBaseUser, now: dt.da
     (created on first promotion). Versions count 1, 2, 3… per model; two promotions at once
     are serialized by a lock on the model row, and the unique constraint is the last word."""
     if not isinstance(name, str) or not NAME.match(name):
-        raise DomainError("invalid_name", "A model name is lower-case letters, digits and dashes (e.g. pcb-defect).")
+        raise DomainError(
+            ErrorCode.INVALID_NAME, "A model name is lower-case letters, digits and dashes (e.g. pcb-defect)."
+        )
     run = Run.objects.select_related("job__team").filter(pk=run_id).first()
     if run is None or not _may_use_team(actor, run.job.team):
-        raise NotFound("not_found", f"No run #{run_id}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No run #{run_id}.")
     if run.state != Run.State.SUCCEEDED:
-        raise Conflict("run_not_succeeded", f"Run #{run.pk} has not succeeded ({run.state}); only finished "
+        raise Conflict(ErrorCode.RUN_NOT_SUCCEEDED, f"Run #{run.pk} has not succeeded ({run.state}); only finished "
                                             "trainings can be promoted.")
     weights = Artifact.objects.filter(run=run, name="best.pt").first()
     if weights is None:
-        raise Conflict("no_weights", f"Run #{run.pk} has no best.pt artifact to promote.")
+        raise Conflict(ErrorCode.NO_WEIGHTS, f"Run #{run.pk} has no best.pt artifact to promote.")
     team = run.job.team
     spec = run.job.spec or {}
     yolo = spec.get("yolo") if isinstance(spec.get("yolo"), dict) else {}
@@ -58,14 +60,16 @@ def model_promote(*, run_id: int, name: str, actor: AbstractBaseUser, now: dt.da
             model, _ = RegisteredModel.objects.get_or_create(team=team, name=name, defaults={"created_at": now})
             model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
             if ModelVersion.objects.filter(model=model, run=run).exists():
-                raise Conflict("already_promoted", f"Run #{run.pk} is already a version of {model.full_name}.")
+                raise Conflict(ErrorCode.ALREADY_PROMOTED, f"Run #{run.pk} is already a version of {model.full_name}.")
             latest = ModelVersion.objects.filter(model=model).aggregate(latest=Max("version"))["latest"] or 0
             return ModelVersion.objects.create(
                 model=model, version=latest + 1, run=run, metrics=final_metrics(run), data=str(yolo.get("data", "")),
                 spec=spec, weights_sha256=weights.sha256, note=note[:500], promoted_by=actor, promoted_at=now,
             )
     except IntegrityError as error:  # a concurrent first promotion created the same model
-        raise Conflict("busy", "Another promotion of this model happened at the same moment; try again.") from error
+        raise Conflict(
+            ErrorCode.BUSY, "Another promotion of this model happened at the same moment; try again."
+        ) from error
 
 
 def models_visible_to(*, user: AbstractBaseUser) -> QuerySet[RegisteredModel]:
@@ -78,21 +82,21 @@ def models_visible_to(*, user: AbstractBaseUser) -> QuerySet[RegisteredModel]:
 def model_get(*, user: AbstractBaseUser, team_slug: str, name: str) -> RegisteredModel:
     model = models_visible_to(user=user).filter(team__slug=team_slug, name=name).first()
     if model is None:
-        raise NotFound("not_found", f"No model {team_slug}/{name}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No model {team_slug}/{name}.")
     return model
 
 
 def model_by_id(*, user: AbstractBaseUser, model_id: int) -> RegisteredModel:
     model = models_visible_to(user=user).filter(pk=model_id).first()
     if model is None:
-        raise NotFound("not_found", f"No model #{model_id}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No model #{model_id}.")
     return model
 
 
 def version_get(*, model: RegisteredModel, version: int) -> ModelVersion:
     found = model.versions.select_related("run", "promoted_by").filter(version=version).first()
     if found is None:
-        raise NotFound("not_found", f"{model.full_name} has no version {version}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"{model.full_name} has no version {version}.")
     return found
 
 
@@ -117,9 +121,9 @@ def version_files(*, version: ModelVersion) -> list[Artifact]:
 def version_file_path(*, version: ModelVersion, name: str) -> Path:
     artifact = Artifact.objects.filter(run=version.run, name=name).first()
     if artifact is None:
-        raise NotFound("not_found", f"{version} has no file {name!r}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"{version} has no file {name!r}.")
     base = Path(version.run.output_dir).resolve()
     path = (base / artifact.path).resolve()
     if not path.is_relative_to(base) or not path.is_file():  # never serve outside the run's folder
-        raise NotFound("file_gone", f"{name} of {version} is not on disk any more.")
+        raise NotFound(ErrorCode.FILE_GONE, f"{name} of {version} is not on disk any more.")
     return path

@@ -7,7 +7,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 from reservations.serializers import MAX_ID
 from training import registry
 from training.models import ModelVersion, RegisteredModel
@@ -75,7 +75,7 @@ class ModelVersionsView(APIView):
 def _version_number(request, name: str) -> int:
     value = request.query_params.get(name, "")
     if not value.isdigit() or not 1 <= int(value) <= MAX_ID:
-        raise DomainError("invalid_version", f"`{name}` must be a version number (1, 2, …).")
+        raise DomainError(ErrorCode.INVALID_VERSION, f"`{name}` must be a version number (1, 2, …).")
     return int(value)
 
 

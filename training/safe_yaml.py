@@ -73,11 +73,9 @@ def load(text: str | bytes) -> Any:
         raise UnsafeYamlError(f"larger than {MAX_BYTES // 1024} KiB")
     if "\x00" in text:
         raise UnsafeYamlError("contains a NUL character")
+    loader = None
     try:
         loader = _BoundedLoader(text)  # the reader refuses control characters already here
-    except yaml.YAMLError as error:
-        raise UnsafeYamlError(f"not valid YAML/JSON: {clip_message(str(error))}") from error
-    try:
         return loader.get_single_data()
     except UnsafeYamlError:
         raise
@@ -86,4 +84,5 @@ def load(text: str | bytes) -> Any:
     except RecursionError as error:  # belt and braces: the depth cap should stop this first
         raise UnsafeYamlError(f"nested deeper than {MAX_DEPTH} levels") from error
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 from reservations.models import Team
 from training.jobspec import JobSpecError, normalize_seed_style
 
@@ -23,7 +23,6 @@ def normalize_submitted(document: Any) -> Any:
             document, is_team=lambda slug: Team.objects.filter(slug=slug).exists(), data_root_of=team_data_root
         )
     except JobSpecError as error:
-        raise DomainError(
-            "invalid_spec", f"The job spec has {len(error.problems)} problem(s): {error}",
+        raise DomainError(ErrorCode.INVALID_SPEC, f"The job spec has {len(error.problems)} problem(s): {error}",
             problems=[{"field": field, "problem": problem} for field, problem in error.problems],
         ) from error

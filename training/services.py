@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from config.errors import Conflict, DomainError, NotFound, NotPermitted
+from config.errors import Conflict, DomainError, ErrorCode, NotFound, NotPermitted
 from gpus.models import Gpu
 from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, Team
@@ -22,6 +22,13 @@ from training.safe_yaml import clip_message
 
 def data_roots_for(team: Team) -> list[str]:
     return [root.replace("{team}", team.slug) for root in settings.GPUBOOK_DATA_ROOTS]
+
+
+def _commands_refused() -> bool:
+    """The local executor would run a command job as the server's own user (it could read
+    the server's secrets): refused unless jobs have a user of their own or the workstation
+    has a single trusted user (training/executors/local.py)."""
+    return settings.GPUBOOK_EXECUTOR == "local" and not settings.GPUBOOK_JOB_USER and not settings.GPUBOOK_SINGLE_USER
 
 
 def allowed_images() -> dict[str, TrainingImage]:
@@ -37,12 +44,13 @@ def _largest_node_gpu_count() -> int:
 
 def _check_attachable(*, reservation: Reservation, team: Team, gpus: int, now: dt.datetime) -> None:
     if reservation.team_id != team.pk:
-        raise NotPermitted("wrong_team", "A job can only run in a reservation of its own team.")
+        # Another team's booking answers as a missing one: ids of other teams cannot be probed.
+        raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation.pk} of {team.name}.")
     if reservation.status not in Reservation.UPCOMING_OR_ACTIVE or reservation.end <= now:
-        raise Conflict("reservation_over", "That reservation is over or cancelled.")
+        raise Conflict(ErrorCode.RESERVATION_OVER, "That reservation is over or cancelled.")
     if gpus > reservation.gpu_count:
         raise DomainError(
-            "too_many_gpus", f"The job needs {gpus} GPUs; the reservation has {reservation.gpu_count}."
+            ErrorCode.TOO_MANY_GPUS, f"The job needs {gpus} GPUs; the reservation has {reservation.gpu_count}."
         )
 
 
@@ -51,7 +59,7 @@ def job_spec_from_text(*, text: str) -> Any:
     try:
         return load_document(text)
     except JobSpecError as error:
-        raise DomainError("invalid_spec", clip_message(str(error))) from error
+        raise DomainError(ErrorCode.INVALID_SPEC, clip_message(str(error))) from error
 
 
 def job_submit(
@@ -62,9 +70,9 @@ def job_submit(
     team_slug = document.get("team") if isinstance(document, Mapping) else None
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
-        raise DomainError("unknown_team", f"No team {team_slug!r}; the spec's `team` is the team's slug.")
+        raise DomainError(ErrorCode.UNKNOWN_TEAM, f"No team {team_slug!r}; the spec's `team` is the team's slug.")
     if not user.is_superuser and reservation_selectors.team_role(user=user, team_id=team.pk) is None:
-        raise NotPermitted("not_team_member", f"You are not a member of {team.name}.")
+        raise NotPermitted(ErrorCode.NOT_TEAM_MEMBER, f"You are not a member of {team.name}.")
     images = allowed_images()
     try:
         spec = parse_job_spec(
@@ -73,8 +81,7 @@ def job_submit(
     except JobSpecError as error:
         # Problems may quote what was sent: each quote is clipped so an answer stays small.
         problems = [(clip_message(str(field), total=120), clip_message(problem)) for field, problem in error.problems]
-        raise DomainError(
-            "invalid_spec",
+        raise DomainError(ErrorCode.INVALID_SPEC,
             f"The job spec has {len(problems)} problem(s): " + "; ".join(f"{f}: {p}" for f, p in problems[:20]),
             problems=[{"field": field, "problem": problem} for field, problem in problems[:100]],
         ) from error
@@ -82,7 +89,7 @@ def job_submit(
     if reservation_id is not None:
         reservation = Reservation.objects.filter(pk=reservation_id).first()
         if reservation is None:
-            raise NotFound("not_found", f"No reservation #{reservation_id}.")
+            raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation_id}.")
         _check_attachable(reservation=reservation, team=team, gpus=spec.gpus, now=now)
     epochs_total = None
     if spec.yolo is not None:
@@ -92,11 +99,17 @@ def job_submit(
             refusal = advice.engine_refusal(reservation=reservation)
             if refusal:
                 raise DomainError(
-                    "engine_needs_nvidia", refusal, problems=[{"field": "yolo.export", "problem": refusal}]
+                    ErrorCode.ENGINE_NEEDS_NVIDIA, refusal, problems=[{"field": "yolo.export", "problem": refusal}]
                 )
         epochs_total = advice.yolo_advice(
             yolo=spec.as_dict()["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
         )[0].epochs
+    if spec.command and _commands_refused():
+        raise NotPermitted(
+            ErrorCode.COMMAND_JOBS_REFUSED,
+            "This server runs jobs locally as its own user, so command jobs are refused; YOLO jobs still run. "
+            "An admin can set GPUBOOK_JOB_USER (see the README) or GPUBOOK_SINGLE_USER=true.",
+        )
     predicted = runtime.job_runtime_predict(
         user_id=user.pk, image_id=images[spec.image].pk, parsed_spec=spec.as_dict(), gpus=spec.gpus,
         user_estimate_s=spec.estimated_duration_s,
@@ -115,7 +128,7 @@ def job_submit(
 def _load_job_for_change(*, job_id: int, actor: AbstractBaseUser) -> TrainingJob:
     job = TrainingJob.objects.select_related("team").filter(pk=job_id).first()
     if job is None:
-        raise NotFound("not_found", f"No job #{job_id}.")
+        raise NotFound(ErrorCode.NOT_FOUND, f"No job #{job_id}.")
     reservation_selectors.require_can_change(
         user=actor, obj=job, not_found=f"No job #{job_id}.",
         not_permitted="Only the submitter, a team manager or an admin may change this job.",
@@ -133,7 +146,7 @@ def job_cancel(*, job_id: int, actor: AbstractBaseUser, now: dt.datetime) -> Tra
             state=TrainingJob.State.CANCELLED, reason=reason, finished_at=now
         )
         if not changed:
-            raise Conflict("already_finished", "This job has already finished.")
+            raise Conflict(ErrorCode.ALREADY_FINISHED, "This job has already finished.")
         grace = dt.timedelta(seconds=settings.GPUBOOK_STOP_GRACE_SECONDS)
         for run_id in Run.objects.filter(job_id=job.pk, state__in=Run.LIVE).values_list("pk", flat=True):
             run_request_stop(run_id=run_id, now=now, kill_at=now + grace, reason=reason)
@@ -147,12 +160,12 @@ def job_attach(*, job_id: int, reservation_id: int | None, actor: AbstractBaseUs
     with transaction.atomic():
         locked = TrainingJob.objects.select_for_update().get(pk=job.pk)
         if locked.state != TrainingJob.State.QUEUED:
-            raise Conflict("not_waiting", "Only a waiting job can be attached or detached.")
+            raise Conflict(ErrorCode.NOT_WAITING, "Only a waiting job can be attached or detached.")
         reservation = None
         if reservation_id is not None:
             reservation = Reservation.objects.filter(pk=reservation_id).first()
             if reservation is None:
-                raise NotFound("not_found", f"No reservation #{reservation_id}.")
+                raise NotFound(ErrorCode.NOT_FOUND, f"No reservation #{reservation_id}.")
             _check_attachable(reservation=reservation, team=locked.team, gpus=locked.gpus_needed, now=now)
         locked.reservation = reservation
         locked.waiting_for = WaitingFor.SLOT  # in that booking, or in the queue: no longer held
@@ -172,18 +185,18 @@ def run_report_record(*, run_id: int, token: str, body: Mapping[str, Any], now: 
     run = Run.objects.select_related("job").filter(pk=run_id).first()
     if run is None or not run.report_token_hash or not hmac.compare_digest(run.report_token_hash, hash_token(token)):
         # The same answer as a run that does not exist: a token guess learns nothing.
-        raise NotFound("not_found", "Not found.")
+        raise NotFound(ErrorCode.NOT_FOUND, "Not found.")
     if run.ended_at is not None:
-        raise Conflict("run_ended", "This run has ended; its report token no longer writes.")
+        raise Conflict(ErrorCode.RUN_ENDED, "This run has ended; its report token no longer writes.")
     event = body.get("event")
     if event not in PROGRESS_EVENTS:
-        raise DomainError("invalid_report", f"Unknown event {event!r}.")
+        raise DomainError(ErrorCode.INVALID_REPORT, f"Unknown event {event!r}.")
     epoch = body.get("epoch")
     if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
-        raise DomainError("invalid_report", "`epoch` must be a non-negative integer.")
+        raise DomainError(ErrorCode.INVALID_REPORT, "`epoch` must be a non-negative integer.")
     metrics = body.get("metrics") or {}
     if not isinstance(metrics, Mapping):
-        raise DomainError("invalid_report", "`metrics` must be an object.")
+        raise DomainError(ErrorCode.INVALID_REPORT, "`metrics` must be an object.")
     clean = {str(key)[:64]: value for key, value in metrics.items() if isinstance(value, int | float | str)}
     with transaction.atomic():
         Run.objects.filter(pk=run.pk).update(progress={"event": event, "epoch": epoch, **clean, "at": now.isoformat()})
@@ -199,10 +212,10 @@ def run_report_record(*, run_id: int, token: str, body: Mapping[str, Any], now: 
 
 def _record_artifacts(*, run: Run, items: Any, now: dt.datetime) -> None:
     if not isinstance(items, list):
-        raise DomainError("invalid_report", "`artifacts` must be a list.")
+        raise DomainError(ErrorCode.INVALID_REPORT, "`artifacts` must be a list.")
     for item in items:
         if not isinstance(item, Mapping) or not all(key in item for key in ("name", "path", "size", "sha256")):
-            raise DomainError("invalid_report", "each artifact needs name, path, size and sha256.")
+            raise DomainError(ErrorCode.INVALID_REPORT, "each artifact needs name, path, size and sha256.")
         Artifact.objects.update_or_create(
             run=run, name=str(item["name"])[:200],
             defaults={"path": str(item["path"])[:500], "size_bytes": int(item["size"]),

@@ -22,4 +22,14 @@ def local_time(value: str, zone: str) -> str:
 
 @register.filter
 def gpu_list(gpus: list) -> str:
-    return ", ".join(f"GPU {gpu.get('index', gpu.get('id'))}" for gpu in gpus or [])
+    """Reservation payloads carry GPUs as {"id", "index"}; run and idle payloads as plain GPU
+    ids (integers). Both read as a list; anything else is shown as it is, never raised on."""
+    names = []
+    for gpu in gpus if isinstance(gpus, list) else []:
+        if isinstance(gpu, dict):
+            names.append(f"GPU {gpu.get('index', gpu.get('id'))}")
+        elif isinstance(gpu, int) and not isinstance(gpu, bool):
+            names.append(f"GPU #{gpu}")
+        else:
+            names.append(str(gpu))
+    return ", ".join(names)

@@ -16,8 +16,8 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
+from tests.security.tokens import token_for
 from training.executors.base import Handle, run_name
 from training.models import Run, TrainingImage, TrainingJob
 
@@ -245,7 +245,7 @@ def test_logs_follow_prints_each_line_once_until_the_run_ends(gpubook, people, i
 
 
 def login_token(gpubook, username: str) -> str:
-    return Token.objects.get_or_create(user=get_user_model().objects.get(username=username))[0].key
+    return token_for(get_user_model().objects.get(username=username))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -18,8 +18,10 @@ PAYLOAD = "</script><script>window.pwned = 1</script><img src=x onerror='window.
 def hostile_run(people, inventory):
     """A run whose stored metrics carry markup, as rows written before the report endpoint
     validated its input could."""
+    # Browser tests flush the database between tests, catalog rows from migrations included.
+    image, _ = TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
     job = TrainingJob.objects.create(
-        team=people["vision"], user=people["owner"], name=PAYLOAD, image=TrainingImage.objects.get(tag="v8n-cu118"),
+        team=people["vision"], user=people["owner"], name=PAYLOAD, image=image,
         spec={"yolo": {}}, submitted_at=timezone.now() - 2 * H, state=TrainingJob.State.SUCCEEDED, epochs_total=2,
         epochs_done=2,
     )
@@ -34,6 +36,7 @@ def hostile_run(people, inventory):
 
 def test_stored_markup_in_metrics_does_not_run(open_page, live_server, hostile_run, csp_violations):
     page = open_page("alice")
+    page.set_default_timeout(30_000)
     page.goto(f"{live_server.url}/runs/{hostile_run.pk}/")
     page.wait_for_selector("#chart-map .main-svg")  # the charts script ran and drew
     assert page.evaluate("window.pwned") is None
@@ -42,6 +45,7 @@ def test_stored_markup_in_metrics_does_not_run(open_page, live_server, hostile_r
 
 def test_report_pages_draw_their_charts_under_the_policy(open_page, live_server, people, inventory, csp_violations):
     page = open_page("alice")
+    page.set_default_timeout(30_000)  # plotly.min.js is 4 MB through the test server
     response = page.goto(f"{live_server.url}/reports/quota/")
     assert "script-src 'self'" in response.headers["content-security-policy"]
     page.wait_for_selector("#quota-by-team .main-svg")

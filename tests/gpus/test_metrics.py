@@ -22,6 +22,12 @@ DASHBOARD = Path(django_settings.BASE_DIR) / "deploy" / "grafana" / "gpubook.jso
 H = dt.timedelta(hours=1)
 
 
+@pytest.fixture(autouse=True)
+def _loopback_trusted(settings):
+    """The scrapes below come from the test client (127.0.0.1), a network configured explicitly."""
+    settings.GPUBOOK_METRICS_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+
+
 @pytest.fixture
 def world(inventory, people):
     """Now is the real clock (the view reads it), floored to the hour."""
@@ -133,11 +139,12 @@ def test_metrics_need_a_token_or_an_allowed_network(world, settings):
     assert ok.status_code == 200
 
 
-def test_loopback_is_allowed_by_default(world, settings):
-    # the defaults as config/settings.py declares them (no environment override in tests)
-    assert settings.GPUBOOK_METRICS_ALLOWED_NETWORKS == ["127.0.0.0/8", "::1/128"]
-    assert settings.GPUBOOK_METRICS_TOKEN == ""
-    assert Client().get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
+def test_no_network_is_trusted_by_default_not_even_loopback(world, settings):
+    # Behind a reverse proxy on the same host every request arrives from 127.0.0.1.
+    for name in ("GPUBOOK_METRICS_ALLOWED_NETWORKS", "GPUBOOK_METRICS_TOKEN"):
+        if hasattr(settings, name):
+            delattr(settings, name)
+    assert Client().get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
     assert Client().get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403
 
 

@@ -5,7 +5,6 @@ import datetime as dt
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from notifications.models import EventType, Notice
@@ -13,6 +12,7 @@ from notifications.transports.email import render_email
 from reservations.approvals import pending_for_manager, reservation_reject
 from reservations.models import AuditEntry, Reservation
 from reservations.services import reservation_create
+from tests.security.tokens import token_for
 
 H = dt.timedelta(hours=1)
 
@@ -107,10 +107,10 @@ def test_reject_with_a_reason_frees_the_gpus_and_tells_the_booker(client, approv
 def test_reject_through_the_api(approving, inventory, future_day):
     waiting = book(approving, inventory, future_day + 9 * H)
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=approving['owner']).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token_for(approving['owner'])}")
     refused = api.post(f"/api/v1/reservations/{waiting.pk}/reject/", {"reason": "mine"}, format="json")
     assert refused.status_code == 403 and refused.json()["code"] == "not_permitted"  # the booker cannot
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=approving['manager']).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token_for(approving['manager'])}")
     done = api.post(f"/api/v1/reservations/{waiting.pk}/reject/", {"reason": "no budget"}, format="json")
     assert done.status_code == 200 and done.json()["status"] == "cancelled"
     twice = api.post(f"/api/v1/reservations/{waiting.pk}/reject/", {"reason": "no budget"}, format="json")

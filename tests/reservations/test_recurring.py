@@ -6,13 +6,13 @@ import zoneinfo
 
 import icalendar
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from config.errors import DomainError
 from reservations.models import Reservation
 from reservations.recurring import occurrences, series_cancel, series_create, series_ical
 from reservations.services import reservation_cancel, reservation_create
+from tests.security.tokens import token_for
 
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
 NOW = dt.datetime(2027, 3, 1, 8, 0, tzinfo=dt.UTC)
@@ -85,7 +85,7 @@ def test_series_books_each_date_reports_refusals_and_cancels_the_rest(berlin, in
 @pytest.mark.django_db
 def test_series_through_the_api(berlin, inventory):
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=berlin['owner']).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token_for(berlin['owner'])}")
     gpu = inventory["a"][1]
     # The API checks against the real clock, so the series lies in the coming weeks.
     start = (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
@@ -104,5 +104,5 @@ def test_series_through_the_api(berlin, inventory):
     endless = api.post("/api/v1/series/", {**body, "rrule": "FREQ=DAILY"}, format="json")
     assert endless.status_code == 400 and endless.json()["code"] == "endless_rule"
     outsider = APIClient()
-    outsider.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=berlin['outsider']).key}")
+    outsider.credentials(HTTP_AUTHORIZATION=f"Token {token_for(berlin['outsider'])}")
     assert outsider.get(f"/api/v1/series/{series['id']}/").status_code == 404

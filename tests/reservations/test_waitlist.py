@@ -4,7 +4,6 @@ first served, entries expiring at the slot's start."""
 import datetime as dt
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from config.errors import DomainError
@@ -13,6 +12,7 @@ from notifications.transports.email import render_email
 from reservations.models import Reservation, WaitlistEntry
 from reservations.services import reservation_cancel, reservation_create
 from reservations.waitlist import waitlist_join, waitlist_run_once
+from tests.security.tokens import token_for
 
 NOW = dt.datetime(2027, 2, 1, 8, 0, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)
@@ -99,7 +99,7 @@ def test_waitlist_api(people, inventory):
     reservation_create(user=people["teammate"], team=people["vision"], gpu_ids=[gpu.pk], start=start,
                        end=start + 2 * H, now=dt.datetime.now(dt.UTC))
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=people['owner']).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token_for(people['owner'])}")
     body = {"gpus": [gpu.pk], "team": people["vision"].pk, "start": start.isoformat(),
             "end": (start + 2 * H).isoformat(), "mode": "book"}
     joined = api.post("/api/v1/waitlist/", body, format="json")

@@ -30,6 +30,7 @@ def test_alias_bomb_is_refused_before_expansion():
         ("x: " + "y" * (safe_yaml.MAX_BYTES + 1), "larger than"),
         ("a: !!python/object/apply:os.system ['true']", "not valid YAML"),
         ("a: 'b\x00c'", "NUL"),
+        ("a: '\x8b'", "not valid YAML"),  # a control character: PyYAML's reader refuses it first
     ],
 )
 def test_loader_refuses(text, words):

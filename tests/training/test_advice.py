@@ -5,11 +5,11 @@ import datetime as dt
 import pytest
 from django.test import override_settings
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from gpus.models import Gpu, Node
 from reservations.services import reservation_create
+from tests.security.tokens import token_for
 from training.jobspec import DEFAULT_SAVE_PERIOD, JobSpecError, parse_job_spec, resolve_yolo
 from training.launch import runner_spec
 from training.models import Run, TrainingImage, TrainingJob
@@ -116,7 +116,7 @@ def document(cards, **yolo_changes):
 
 def client_for(user):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from gpus.models import Gpu, Node
 from reservations.models import Membership, Team
 from reservations.services import reservation_create
 from tests.fakes.executor import FakeExecutor
+from tests.security.tokens import token_for
 from training.models import Run, TrainingImage, TrainingJob, WaitingFor
 from training.reconcile import reconcile
 from training.services import job_submit
@@ -161,7 +161,7 @@ def test_then_hold_waits_for_the_user_who_attaches_it_on_the_api(world):
     assert tick(world, S + 2 * H).started == []  # held: not even its owner's next booking takes it
 
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=world['alice'])[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(world['alice'])}")
     response = client.post(f"/api/v1/jobs/{job.pk}/attach/", {"reservation": later.pk}, format="json")
     assert response.status_code == 200, response.content
     job.refresh_from_db()

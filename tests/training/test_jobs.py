@@ -124,7 +124,8 @@ class TestJobsApi:
         url = f"/api/v1/jobs/{job['id']}/attach/"
         assert api_world["owner"].post(url, {"reservation": reservation.pk}, format="json").json()["reservation"] == reservation.pk
         refused = api_world["owner"].post(url, {"reservation": other.pk}, format="json")
-        assert refused.status_code == 403 and refused.json()["code"] == "wrong_team"
+        missing = api_world["owner"].post(url, {"reservation": other.pk + 1000}, format="json")
+        assert refused.status_code == missing.status_code == 404 and refused.json()["code"] == "not_found"
         assert api_world["owner"].post(url, {"reservation": None}, format="json").json()["reservation"] is None
 
 

@@ -4,17 +4,17 @@ import hashlib
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from config.errors import Conflict, DomainError, NotFound
+from tests.security.tokens import token_for
 from training import registry
 from training.models import Artifact, ModelVersion, Run, RunMetric, TrainingImage, TrainingJob
 
 
 def client_for(user):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 

@@ -1,9 +1,9 @@
 """Seed-style job files: `command: "yolo train …"`, `user: <team>`, relative data paths."""
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from tests.security.tokens import token_for
 from training.jobspec import JobSpecError, normalize_seed_style, parse_job_spec
 from training.models import TrainingImage, TrainingJob
 
@@ -74,7 +74,7 @@ def test_the_seed_file_is_accepted_through_the_api(people, inventory, settings):
     settings.GPUBOOK_DATA_ROOTS = ["/data/{team}", "/data/shared"]
     TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=people['owner'])[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(people['owner'])}")
     response = client.post("/api/v1/jobs/", {"spec_yaml": SEED_FILE}, format="json")
     assert response.status_code == 201, response.json()
     job = TrainingJob.objects.get()
@@ -89,6 +89,6 @@ def test_the_seed_file_is_accepted_through_the_api(people, inventory, settings):
 def test_control_characters_in_a_spec_are_a_400_not_a_500(people):
     """Found by schema fuzzing: YAML's reader refuses \x12 while the loader is being built."""
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=people['owner'])[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(people['owner'])}")
     response = client.post("/api/v1/jobs/", {"spec_yaml": "\x12 task_name: x"}, format="json")
     assert response.status_code == 400 and response.json()["code"] == "invalid_spec"

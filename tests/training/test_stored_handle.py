@@ -10,13 +10,13 @@ import sys
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from gpus.models import Gpu, Node
 from reservations.models import Membership, Team
 from reservations.services import reservation_create
 from tests.fakes.k8s_api import FakeKubernetes
+from tests.security.tokens import token_for
 from training import api as training_api
 from training.executors.kubernetes import KubernetesConfig, KubernetesExecutor
 from training.models import Run, TrainingImage
@@ -80,7 +80,7 @@ def test_reconcile_stop_kill_and_log_carry_the_namespace(k8s_world, monkeypatch)
     # The run log endpoint reads the same stored handle.
     monkeypatch.setattr(training_api, "executor_from_settings", lambda: executor)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=k8s_world['user'])[0].key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(k8s_world['user'])}")
     response = client.get(f"/api/v1/runs/{run.pk}/log/")
     assert response.status_code == 200 and response.json()["log"] == "epoch 1/3\n"
     assert _requests(fake, "GET", "/log$") == [f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/log"]

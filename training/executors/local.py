@@ -15,6 +15,13 @@ systemd use `KillMode=process` (the default `control-group` kills supervisors to
 The child's environment is built from scratch: a few inherited variables (`inherit_env`),
 the spec's env and the runner contract (GPUBOOK_*), so the scheduler's secrets never reach
 a training job.
+
+Isolation (docs/security.md): a job running as the server's own OS user could still read the
+server's secrets from /proc/<pid>/environ and its database file. With `job_user` set
+(GPUBOOK_JOB_USER) the job runs as that unprivileged user (through `setpriv` when the
+scheduler is root, else `sudo -n -u`), in its own output directory, and the executor's state
+directory is closed to it. Without one, `refuse_commands` turns away arbitrary command jobs
+(the trainer itself still runs) unless the workstation declared one trusted user.
 """
 
 from __future__ import annotations
@@ -68,6 +75,29 @@ class LocalConfig:
     python: str = sys.executable  # runs the supervisor (stdlib only, `-I`)
     inherit_env: tuple[str, ...] = DEFAULT_INHERIT_ENV
     start_timeout_s: float = 10.0  # how long start() waits for the supervisor to report in
+    job_user: str = ""  # run jobs as this unprivileged OS user ("" = as the server's user)
+    refuse_commands: bool = False  # without job_user: refuse argv that is not the trainer
+
+
+class CommandJobsRefused(ValueError):
+    """A command job on a local executor that would run it as the server's own user."""
+
+
+RUNNER_MODULE = "training.runner"
+
+
+def is_runner_argv(argv: tuple[str, ...]) -> bool:
+    """The trainer (`python -m training.runner --spec …`), as training.launch builds it."""
+    return len(argv) >= 3 and argv[1:3] == ("-m", RUNNER_MODULE)
+
+
+def _job_identity(name: str) -> tuple[int, int, str]:
+    import pwd
+
+    entry = pwd.getpwnam(name)  # KeyError: the configured user does not exist
+    if entry.pw_uid == 0:
+        raise ValueError(f"GPUBOOK_JOB_USER {name!r} is root; jobs need an unprivileged user")
+    return entry.pw_uid, entry.pw_gid, entry.pw_dir
 
 
 class LocalExecutor:
@@ -112,6 +142,11 @@ class LocalExecutor:
     # -- the interface --------------------------------------------------------------------
     def start(self, spec: RunSpec, *, now: datetime | None = None) -> Handle:
         now = now or datetime.now(UTC)
+        if self.config.refuse_commands and not self.config.job_user and not is_runner_argv(tuple(spec.argv)):
+            raise CommandJobsRefused(
+                "command jobs are refused on this server: the local executor would run them as the server's own "
+                "user; set GPUBOOK_JOB_USER (an unprivileged user, see the README) or GPUBOOK_SINGLE_USER=true"
+            )
         run_dir = self._run_dir(spec.run_id)
         with self._start_lock():
             existing = sv.read_json(run_dir / "run.json")
@@ -150,13 +185,44 @@ class LocalExecutor:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
         # CUDA's default order is "fastest first"; the calendar's indices are nvidia-smi's.
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if self.config.job_user:
+            env["USER"] = env["LOGNAME"] = self.config.job_user
+            env["HOME"] = self._job_dir(spec)
+            env.pop("VIRTUAL_ENV", None)
+            if is_runner_argv(tuple(spec.argv)) and spec.workdir:
+                env["PYTHONPATH"] = spec.workdir  # the trainer's code, imported from the checkout
         return env
+
+    def _job_dir(self, spec: RunSpec) -> str:
+        """The isolated job's working directory: its own output folder, nothing of the server."""
+        return str(Path(spec.output_dir).resolve()) if spec.output_dir else str(self._run_dir(spec.run_id) / "work")
+
+    def _isolated(self, spec: RunSpec) -> tuple[list[str], str]:
+        """(argv that drops to the job user, working directory), preparing what the job may touch."""
+        uid, gid, _ = _job_identity(self.config.job_user)
+        workdir = Path(self._job_dir(spec))
+        workdir.mkdir(parents=True, exist_ok=True)
+        # The state directory holds every run's spec (report tokens) and, by default, sits
+        # beside the SQLite database: closed to the job user.
+        os.chmod(self.state_dir, 0o700)
+        if os.geteuid() == 0:
+            os.chown(workdir, uid, gid)
+            for path in workdir.rglob("*"):
+                with contextlib.suppress(OSError):
+                    os.lchown(path, uid, gid)
+            drop = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+        else:  # needs a sudoers rule: <server user> ALL=(<job user>) NOPASSWD: ALL (README)
+            drop = ["sudo", "-n", "-u", self.config.job_user, "--preserve-env", "--"]
+        return [*drop, *spec.argv], str(workdir)
 
     def _launch(self, spec: RunSpec, run_dir: Path) -> None:
         log_path = self._log_path(spec)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         if spec.output_dir:
             Path(spec.output_dir).mkdir(parents=True, exist_ok=True)
+        argv, workdir = list(spec.argv), spec.workdir or ""
+        if self.config.job_user:
+            argv, workdir = self._isolated(spec)
         cmd = [
             self.config.python,
             "-I",
@@ -170,9 +236,9 @@ class LocalExecutor:
             "--grace-s",
             str(spec.grace_s),
             "--cwd",
-            spec.workdir or "",
+            workdir,
             "--",
-            *spec.argv,
+            *argv,
         ]
         with open(run_dir / "supervisor.err", "ab") as err:
             proc = subprocess.Popen(  # an argv list: no shell
