@@ -16,7 +16,7 @@ from notifications.transports.email import render_email
 from notifications.transports.webhook import webhook_body
 from reservations import services as bookings
 from reservations.models import Reservation
-from tests.gpus.factories import fill_samples, make_job, make_reservation, make_run
+from tests.factories import fill_samples, make_job, make_reservation, make_run
 from training import reconcile, run_state, watchdog
 from training.models import Run
 
