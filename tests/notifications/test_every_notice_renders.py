@@ -15,7 +15,8 @@ from notifications.services import notices_schedule_reminders
 from notifications.transports.email import render_email
 from notifications.transports.webhook import webhook_body
 from reservations import services as bookings
-from reservations.models import Reservation
+from reservations import approvals, waitlist
+from reservations.models import Membership, Reservation, Team
 from tests.factories import fill_samples, make_job, make_reservation, make_run
 from training import reconcile, run_state, watchdog
 from training.models import Run
@@ -68,6 +69,31 @@ def produce_every_event(people, inventory, future_day, settings):
         run_state.run_end(other, state=state, reason=f"ended {state}", exit_code=0, now=now)
     job_waiting = make_job(user=owner, team=vision, submitted_at=now - 5 * H, name="waits")
     reconcile.notify_progress(now=now, policy=types.SimpleNamespace(grace_s=60))
+
+    # approvals: reservation.awaiting_approval (to the managers), reservation.rejected (to the booker)
+    lab = Team.objects.create(name="lab", slug="lab", monthly_gpu_hours=100, requires_approval=True)
+    tiny = Team.objects.create(name="tiny", slug="tiny", monthly_gpu_hours=1)
+    Membership.objects.create(user=people["teammate"], team=lab)
+    Membership.objects.create(user=people["manager"], team=lab, role=Membership.Role.MANAGER)
+    Membership.objects.create(user=people["manager"], team=tiny)
+    spare = inventory["a"][3]
+    pending = bookings.reservation_create(user=people["teammate"], team=lab, gpu_ids=[spare.pk], start=start + 20 * H,
+                                          end=start + 21 * H, now=now)
+    approvals.reservation_reject(reservation_id=pending.pk, actor=people["manager"], reason="lab closed", now=now)
+
+    # the waitlist: waitlist.slot_free, waitlist.booked, and waitlist.failed (over the quota)
+    outsider, nlp = people["outsider"], people["nlp"]
+    held = [bookings.reservation_create(user=outsider, team=nlp, gpu_ids=[spare.pk], start=start + hours * H,
+                                        end=start + (hours + 2) * H, now=now) for hours in (30, 40)]
+    waitlist.waitlist_join(user=owner, team=vision, gpu_ids=[spare.pk], start=held[0].start, end=held[0].end,
+                           mode="notify", now=now)
+    waitlist.waitlist_join(user=people["teammate"], team=lab, gpu_ids=[spare.pk], start=held[0].start,
+                           end=held[0].end, mode="book", now=now)
+    waitlist.waitlist_join(user=people["manager"], team=tiny, gpu_ids=[spare.pk], start=held[1].start,
+                           end=held[1].end, mode="book", now=now)
+    for booking_held in held:
+        bookings.reservation_cancel(reservation_id=booking_held.pk, actor=outsider, now=now)
+    assert waitlist.waitlist_run_once(now=now) == {"expired": 0, "notified": 1, "booked": 1, "failed": 1}
     return job_waiting
 
 
