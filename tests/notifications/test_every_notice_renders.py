@@ -14,8 +14,8 @@ from notifications.models import EventType, Notice
 from notifications.services import notices_schedule_reminders
 from notifications.transports.email import render_email
 from notifications.transports.webhook import webhook_body
-from reservations import services as bookings
 from reservations import approvals, waitlist
+from reservations import services as bookings
 from reservations.models import Membership, Reservation, Team
 from tests.factories import fill_samples, make_job, make_reservation, make_run
 from training import reconcile, run_state, watchdog
