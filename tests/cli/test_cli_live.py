@@ -72,7 +72,7 @@ def test_login_saves_a_private_token_and_errors_print_the_server_detail(gpubook,
     login(gpubook, "alice")
     assert stat.S_IMODE(gpubook.config_file.stat().st_mode) == 0o600
     saved = json.loads(gpubook.config_file.read_text())
-    assert saved["url"] == gpubook.env["GPUBOOK_URL"] and len(saved["token"]) == 40
+    assert saved["url"] == gpubook.env["GPUBOOK_URL"] and saved["token"].startswith("gpb_")
 
     listed = json_of(gpubook("gpus", "--json"))
     assert [(g["node"], g["index"]) for g in listed] == [("node-a", i) for i in range(4)] + [("node-b", 0), ("node-b", 1)]

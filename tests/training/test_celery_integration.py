@@ -46,6 +46,7 @@ def celery_processes(tmp_path, postgres_only):
         "REDIS_URL": redis_url(), "SECRET_KEY": "celery-test", "DEBUG": "false",
         "GPUBOOK_VAR_DIR": str(tmp_path / "var"), "GPUBOOK_TICK_SECONDS": "1",
         "GPUBOOK_STOP_GRACE_SECONDS": str(GRACE_S), "DJANGO_SETTINGS_MODULE": "config.settings",
+        "GPUBOOK_SINGLE_USER": "true",  # the recorder is a command job run as this user
     }
     celery = [sys.executable, "-m", "celery", "-A", "config"]
     worker_log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 — closed in teardown
