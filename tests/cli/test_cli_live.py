@@ -81,7 +81,7 @@ def test_login_saves_a_private_token_and_errors_print_the_server_detail(gpubook,
 
     # GPUBOOK_TOKEN overrides the saved token: a bad one is refused by the server.
     overridden = gpubook("gpus", env={"GPUBOOK_TOKEN": "0" * 40}, check=False)
-    assert overridden.returncode == 1 and "Invalid token" in overridden.stderr
+    assert overridden.returncode == 1 and "Invalid, expired or revoked token" in overridden.stderr
 
     # Unreachable server: its own exit code and a sentence, not a traceback.
     gone = gpubook("gpus", env={"GPUBOOK_URL": "http://127.0.0.1:9"}, check=False)
