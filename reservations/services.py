@@ -478,8 +478,11 @@ def reservation_reschedule(
         locked.start, locked.end, locked.updated_at = new_start, new_end, now
         # An approval covered the old times only: moved by someone who cannot approve, an
         # upcoming booking of an approval team waits for a manager again (issue #14).
-        if (locked.team.requires_approval and not begun and locked.status == Reservation.Status.CONFIRMED
-                and not selectors.user_can_manage_team(user=actor, team_id=locked.team_id)):
+        back_to_pending = (
+            locked.team.requires_approval and not begun and locked.status == Reservation.Status.CONFIRMED
+            and not selectors.user_can_manage_team(user=actor, team_id=locked.team_id)
+        )
+        if back_to_pending:
             locked.status = Reservation.Status.PENDING
         locked.save(update_fields=["start", "end", "updated_at", "status"])
         _under_constraint(
@@ -492,6 +495,8 @@ def reservation_reschedule(
         )
         _audit(actor=actor, at=now, action="reschedule", reservation=locked, before=before, after=_snapshot(locked))
         notices.notify_reservation_changed(reservation=locked, before=before, now=now)
+        if back_to_pending:  # the managers decide again, as for a new booking
+            notices.notify_reservation_awaiting_approval(reservation=locked, now=now)
         return locked
 
     return _counting_refusals(reschedule, now=now)

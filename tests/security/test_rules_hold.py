@@ -95,6 +95,12 @@ def test_a_non_manager_moving_an_approved_booking_sends_it_back_to_pending(peopl
     moved = services.reservation_reschedule(reservation_id=booking.pk, actor=people["owner"], now=now,
                                             start=start + dt.timedelta(days=1), end=start + dt.timedelta(days=1, hours=20))
     assert moved.status == Reservation.Status.PENDING
+    from notifications.models import EventType, Notice
+
+    waiting = Notice.objects.filter(
+        event_type=EventType.RESERVATION_AWAITING_APPROVAL, payload__reservation__id=booking.pk
+    )
+    assert waiting.count() == 2  # at creation, and again after the move: the managers decide anew
     services.reservation_approve(reservation_id=booking.pk, actor=people["manager"], now=now)
     by_manager = services.reservation_reschedule(reservation_id=booking.pk, actor=people["manager"], now=now,
                                                  end=start + dt.timedelta(days=1, hours=2))
