@@ -57,6 +57,9 @@ def stack(tmp_path, postgres_only):
         redis_url=f"redis://127.0.0.1:6379/{REDIS_DB}", var_dir=tmp_path / "var", static_root=tmp_path / "static",
         GPUBOOK_TICK_SECONDS="1", GPUBOOK_STOP_GRACE_SECONDS="2",
         GPUBOOK_NO_SHOW_MINUTES="600",  # the booked slot began minutes ago; nothing may release it
+        # The stand-in job is a command job: on a local executor without a job user those run
+        # only on a declared single-user workstation (README "Job isolation").
+        GPUBOOK_SINGLE_USER="true",
     )
     collectstatic(env)
     assert (tmp_path / "static" / "staticfiles.json").exists()
