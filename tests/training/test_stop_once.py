@@ -55,7 +55,10 @@ def test_a_slow_checkpoint_survives_one_second_ticks_and_repeated_sigterms(setti
     settings.GPUBOOK_STOP_GRACE_SECONDS = GRACE
     settings.GPUBOOK_BASE_URL = "http://127.0.0.1:9"  # no web app here: reports fail quietly
     monkeypatch.setenv(SAVE_DELAY_ENV, str(SAVE_DELAY_S))
-    monkeypatch.setenv(BATCH_DELAY_ENV, "0.2")
+    # Slow batches, so the stop (sent within a poll of the first batch event) lands inside a
+    # training batch, where a checkpoint can be written, not in epoch 0's validation, where
+    # there is nothing to save yet (two batches of 0.2 s made that a race under load).
+    monkeypatch.setenv(BATCH_DELAY_ENV, "1.0")
     data_yaml = make_demo_dataset(tmp_path / "data" / "shapes", train_images=8, val_images=4, imgsz=64, seed=3)
     TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
     gpu = Gpu.objects.create(node=Node.objects.create(name="ws"), index=0, model_name="CPU stand-in", memory_mib=1024)
