@@ -339,15 +339,15 @@ def jobs(state, as_json) -> None:
     emit(rows, as_json, jobs_table(rows))
 
 
-PRIORITY_RANK = {"urgent": 0, "high": 1, "medium": 2, "low": 3}
 
 
 @cli.command()
 @json_option
 @api_command
 def queue(as_json) -> None:
-    """Queued jobs, by priority then submit time, with the estimated start where known: the
-    server's estimate when it gives one, else the start of the booking a job waits for."""
+    """Queued jobs in the order the scheduler tries them (the server's queue position: fair
+    share, not only priority), then those waiting for a booking; with the estimated start where
+    known: the server's estimate when it gives one, else the start of the booking."""
     client = client_from_settings()
     rows = client.get_all("jobs/", state="queued")
     booking_starts: dict[int, str] = {}
@@ -356,7 +356,7 @@ def queue(as_json) -> None:
         if booking_id and booking_id not in booking_starts:
             booking_starts[booking_id] = client.get(f"reservations/{booking_id}/")["start"]
         job["estimated_start"] = job.get("estimated_start") or booking_starts.get(booking_id)
-    rows.sort(key=lambda j: (PRIORITY_RANK.get(j["priority"], 9), j["submitted_at"], j["id"]))
+    rows.sort(key=lambda j: (j.get("queue_position") is None, j.get("queue_position") or 0, j["submitted_at"], j["id"]))
     emit(rows, as_json, jobs_table(rows, with_estimate=True))
 
 

@@ -173,6 +173,13 @@ def test_submit_jobs_queue(gpubook, people, inventory, future_day, tmp_path):
     assert in_queue[attached_id(listed, booking["id"])]["estimated_start"] == booking["start"]
     assert in_queue[queued["id"]]["estimated_start"] is None and in_queue[from_seed["id"]]["estimated_start"] is None
 
+    # The order is the scheduler's stored queue position (fair share), not one the CLI re-derives
+    # from priority: the later, medium-priority job is first when the scheduler says so.
+    TrainingJob.objects.filter(pk=from_seed["id"]).update(queue_position=1)
+    TrainingJob.objects.filter(pk=queued["id"]).update(queue_position=2)
+    order = [j["id"] for j in json_of(gpubook("queue", "--json"))]
+    assert order == [from_seed["id"], queued["id"], attached_id(listed, booking["id"])]
+
 
 def attached_id(jobs: list[dict], booking_id: int) -> int:
     return next(j["id"] for j in jobs if j["reservation"] == booking_id)
