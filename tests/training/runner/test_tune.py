@@ -8,7 +8,6 @@ import hashlib
 import json
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import yaml
