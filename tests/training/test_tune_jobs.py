@@ -130,7 +130,7 @@ def test_a_tune_job_spans_two_bookings_and_its_best_values_become_a_new_job(live
     assert "tune" not in document and document["task_name"] == "shapes-tune-tuned"
     assert document["yolo"]["extra"] == {"lr0": best_values["lr0"], "momentum": best_values["momentum"],
                                          "optimizer": "AdamW"}
-    assert browser.get("/api/v1/jobs/%d/tuned-spec/" % job.pk).json()["spec"] == document
+    assert browser.get(f"/api/v1/jobs/{job.pk}/tuned-spec/").json()["spec"] == document
 
     submitted = browser.post("/jobs/", {"spec_yaml": text, "reservation": ""})
     assert submitted.status_code == 302
