@@ -39,7 +39,8 @@ def _progress(job: TrainingJob, run: Run | None) -> dict:
     done = job.epochs_done
     eta = (run.progress or {}).get("eta_s") if run and run.state in Run.LIVE else None
     return {"done": done, "total": total, "percent": round(100 * done / total) if total else 0,
-            "eta_minutes": round(eta / 60) if isinstance(eta, int | float) else None}
+            "eta_minutes": round(eta / 60) if isinstance(eta, int | float) else None,
+            "unit": "iteration" if tuning.is_tune(job) else "epoch"}  # a tune's progress counts iterations
 
 
 @login_required

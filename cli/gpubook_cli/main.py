@@ -417,12 +417,17 @@ def status(run_id, once, interval, as_json) -> None:
               f"{','.join(map(str, run['gpu_indices']))} — {run['kind']}, started {local(run['started_at'])}",
               markup=False)
     total = job.get("epochs_total")
-    with Progress(TextColumn("{task.fields[state]}"), BarColumn(), MofNCompleteColumn(), TextColumn("epochs"),
+    tune = bool((job.get("spec") or {}).get("tune"))  # a tune's progress counts iterations (the job's)
+    with Progress(TextColumn("{task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("iterations" if tune else "epochs"),
                   TextColumn("{task.fields[metrics]}"), TimeElapsedColumn(), console=out,
                   transient=False, disable=False) as bar:
         task = bar.add_task("run", total=total, state=run["state"], metrics="")
         while True:
-            epoch = (run.get("progress") or {}).get("epoch") or job.get("epochs_done") or 0
+            if tune:
+                epoch = client.get(f"jobs/{job['id']}/")["epochs_done"]
+            else:
+                epoch = (run.get("progress") or {}).get("epoch") or job.get("epochs_done") or 0
             bar.update(task, completed=epoch, state=run["state"], metrics=_progress_text(run))
             if once or run["state"] in FINISHED_RUN_STATES:
                 break

@@ -124,6 +124,7 @@ def test_a_tune_job_spans_two_bookings_and_its_best_values_become_a_new_job(live
     # One click: the job page's button opens the submit form filled with the best values.
     job_page = browser.get(f"/jobs/{job.pk}/").content.decode()
     assert f'href="/jobs/?from_tune={job.pk}#spec_yaml"' in job_page and "Train with these values" in job_page
+    assert "iteration 3/3" in job_page
     form = browser.get(f"/jobs/?from_tune={job.pk}")
     text = form.context["spec_yaml"]
     document = yaml.safe_load(text)
