@@ -8,6 +8,7 @@ import hashlib
 import json
 import signal
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
@@ -55,6 +56,16 @@ def test_tune_checkpoints_between_iterations_and_resumes_after_a_sigterm(tmp_pat
     results = out / "tune" / "tune_results.ndjson"
     assert [json.loads(line)["iteration"] for line in results.read_text().splitlines()] == [1]
     assert [e["epoch"] for e in runner.of("iteration")] == [1]
+
+    # A run whose slot is all but over (must_end_by - grace already passed) trains nothing and
+    # keeps what is there, the interrupted iteration's values included.
+    late = json.loads(spec.read_text())
+    late.update(must_end_by=(datetime.now(UTC) + timedelta(seconds=90)).isoformat(), grace_s=120)
+    runner = RunnerProcess(write_spec(tmp_path / "late.json", **late), audit_dir=network_audit)
+    assert runner.wait(timeout=60) == EXIT_CHECKPOINTED, runner.stderr_tail()
+    message = json.loads((out / "termination.json").read_text())
+    assert message["reason"] == "must_end_by" and message["epoch"] == 1 and runner.of("started") == []
+    assert json.loads((out / "tune" / "pending.json").read_text()) == pending
 
     # Run 2 (the same spec, as the next slot starts it): iteration 2 again, with the values it
     # had, then iteration 3.
