@@ -62,6 +62,8 @@ class ErrorCode(StrEnum):
     ENGINE_NEEDS_NVIDIA = "engine_needs_nvidia"
     COMMAND_JOBS_REFUSED = "command_jobs_refused"
     NO_ADVICE = "no_advice"
+    NOT_A_TUNE = "not_a_tune"
+    NO_TUNE_RESULT = "no_tune_result"
     # model registry
     INVALID_NAME = "invalid_name"
     INVALID_VERSION = "invalid_version"
@@ -148,6 +150,8 @@ ERROR_CODE_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.ENGINE_NEEDS_NVIDIA: "The requested export format needs an NVIDIA GPU the job does not get.",
     ErrorCode.COMMAND_JOBS_REFUSED: "Command jobs need GPUBOOK_JOB_USER (or GPUBOOK_SINGLE_USER) on a local executor.",
     ErrorCode.NO_ADVICE: "Batch advice is only for YOLO jobs with an allowed image.",
+    ErrorCode.NOT_A_TUNE: "The job is not a hyper-parameter tune (it has no `tune:`).",
+    ErrorCode.NO_TUNE_RESULT: "The tune has not finished an iteration yet.",
     ErrorCode.INVALID_NAME: "A model name is lower-case letters, digits and dashes.",
     ErrorCode.INVALID_VERSION: "A model version is malformed.",
     ErrorCode.RUN_NOT_SUCCEEDED: "Only a run that succeeded can be promoted to a model version.",

@@ -113,6 +113,7 @@ def advice_for_document(*, document: Any, reservation_id: int | None) -> dict | 
     return {
         "image": image.reference, "basis": basis, "advice": resolved.advice, "batch": resolved.batch,
         "batch_source": resolved.batch_source, "epochs": resolved.epochs, "imgsz": resolved.imgsz,
-        "save_period": resolved.extra.get("save_period"), "export": list(resolved.export),
+        "save_period": resolved.extra.get("save_period"),
+        "export": [] if document.get("tune") else list(resolved.export),  # a tune exports nothing
         "warnings": list(resolved.warnings),
     }

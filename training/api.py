@@ -76,6 +76,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(JobSerializer(job).data)
 
     @extend_schema(responses={200: RunBriefSerializer(many=True)})
+    @extend_schema(responses={200: dict})
+    @action(detail=True, url_path="tuned-spec")
+    def tuned_spec(self, request, pk=None):
+        """A tune job's best iteration so far and the job spec its values make: submit `spec`
+        (POST /jobs/) to train with them (issue #17)."""
+        from training import tuning
+
+        best, document = tuning.job_tuned_spec(job=self.get_object())
+        return Response({"iteration": best.iteration, "fitness": best.fitness,
+                         "hyperparameters": best.hyperparameters, "spec": document})
+
     @action(detail=True)
     def runs(self, request, pk=None):
         job = self.get_object()

@@ -8,6 +8,10 @@
     # left out, comes from the image's table for the booked GPU's memory (resolve_yolo);
     # export: any of onnx, torchscript, engine (TensorRT: NVIDIA GPUs only), openvino
     # or, instead of yolo:   command: ["python", "train.py", "--fast"]   (an argv list, never a string)
+    tune: {iterations: 30, space: {lr0: [0.00001, 0.1], momentum: [0.6, 0.98, 0.3]}}
+                                # with yolo: hyper-parameter tuning instead of one training; yolo's
+                                # epochs are per iteration; space defaults to Ultralytics' own
+                                # (training/runner/tune.py); one GPU, no export
     resources: {gpu: 2, memory: 32Gi, cpu: 8}
     priority: medium            # low | medium | high | urgent
     team: vision
@@ -32,11 +36,11 @@ from typing import Any
 
 from scheduler import Priority
 from training import safe_yaml
-from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS
+from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS, TuneSpec, parse_tune
 
 TOP_LEVEL = {
     "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
-    "estimated_duration", "checkpointable", "then", "then_team",
+    "estimated_duration", "checkpointable", "then", "then_team", "tune",
 }
 YOLO_KEYS = {"model", "data", "epochs", "imgsz", "batch", "extra", "export", "allow_gpu_count_change"}
 DEFAULT_EXPORT = ("onnx",)
@@ -86,6 +90,7 @@ class JobSpec:
     estimated_duration_s: int | None = None
     then: str | None = None  # None: decided at submit (next_booking in a booking, else backfill)
     then_team: bool = False
+    tune: TuneSpec | None = None  # hyper-parameter tuning of the yolo section (issue #17)
 
     def as_dict(self) -> dict[str, Any]:
         """The normalized spec (defaults filled in), JSON-safe: stored on the job at submit and
@@ -95,6 +100,7 @@ class JobSpec:
         if self.yolo is not None:
             data["yolo"]["extra"] = dict(self.yolo.extra)
             data["yolo"]["export"] = list(self.yolo.export) if self.yolo.export is not None else None
+        data["tune"] = self.tune.as_json() if self.tune is not None else None
         return data
 
     @classmethod
@@ -106,6 +112,11 @@ class JobSpec:
             yolo["export"] = tuple(yolo["export"])
         values["yolo"] = YoloTask(**yolo) if yolo else None
         values["command"] = tuple(values.get("command") or ())
+        tune = values.get("tune")
+        if tune:
+            space = tune.get("space")
+            values["tune"] = TuneSpec(iterations=tune["iterations"],
+                                      space={key: tuple(bounds) for key, bounds in space.items()} if space else None)
         return cls(**values)
 
 
@@ -208,6 +219,10 @@ def parse_job_spec(
         # Several GPUs of one node: the runner launches one DDP worker per GPU (runner/ddp.py).
         yolo_task = _parse_yolo(yolo, data_roots, problems)
 
+    tune = None
+    if document.get("tune") is not None:
+        tune = _parse_tune(document["tune"], yolo=yolo, gpus=gpus, problems=problems)
+
     timeout_s = _duration(document.get("timeout"), "timeout", problems)
     estimate_s = _duration(document.get("estimated_duration"), "estimated_duration", problems)
     checkpointable = document.get("checkpointable", yolo is not None)
@@ -224,8 +239,21 @@ def parse_job_spec(
     return JobSpec(
         task_name=task_name.strip(), image=image, team=team, gpus=gpus, priority=priority,
         checkpointable=checkpointable, yolo=yolo_task, command=argv, memory=memory, cpu=cpu,
-        timeout_s=timeout_s, estimated_duration_s=estimate_s, then=then, then_team=then_team,
+        timeout_s=timeout_s, estimated_duration_s=estimate_s, then=then, then_team=then_team, tune=tune,
     )
+
+
+def _parse_tune(tune: Any, *, yolo: Any, gpus: int, problems: list) -> TuneSpec | None:
+    """The runner's own tune validator (runner/spec.parse_tune), and what only a job can get wrong."""
+    parsed, found = parse_tune(tune)
+    problems.extend((f"tune.{field}" if field else "tune", message) for field, message in found)
+    if not isinstance(yolo, Mapping):
+        problems.append(("tune", "tunes a `yolo` section: give yolo (model, data, epochs per iteration) with it"))
+    elif yolo.get("export"):
+        problems.append(("yolo.export", "a tune job exports nothing: export from the job its best values make"))
+    if gpus > 1:
+        problems.append(("resources.gpu", "a tune job trains its iterations on one GPU"))
+    return parsed
 
 
 def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | None:

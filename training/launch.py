@@ -79,8 +79,13 @@ def runner_spec_path(run: Run) -> Path:
 
 def runner_spec(run: Run, token: str) -> dict:
     """The runner's spec for a YOLO job's run (training/runner/spec.py)."""
-    yolo = job_spec_of(run.job).yolo
+    spec = job_spec_of(run.job)
+    yolo = spec.yolo
     resolved = yolo_for_run(run)  # the image's defaults, the batch for these GPUs (issue #17)
+    tune = {}
+    if spec.tune is not None:
+        # A tune continues from its own output_dir (tune/tune_results.ndjson) and exports nothing.
+        tune = {"tune": spec.tune.as_json(), "export": [], "resume_from": None}
     return {
         "run_id": str(run.pk), "model": yolo.model, "data": yolo.data, "epochs": resolved.epochs,
         "imgsz": resolved.imgsz, "batch": resolved.batch, "export": list(resolved.export),
@@ -90,6 +95,7 @@ def runner_spec(run: Run, token: str) -> dict:
         "grace_s": settings.GPUBOOK_STOP_GRACE_SECONDS, "extra": dict(resolved.extra),
         "allow_gpu_count_change": yolo.allow_gpu_count_change,
         "report_url": f"{settings.GPUBOOK_BASE_URL}/api/v1/runs/{run.pk}/report/", "report_token": token,
+        **tune,
     }
 
 

@@ -1,10 +1,11 @@
 """How long a queued job will run, for backfill and the queue estimate.
 
 The rule is the scheduling core's (`scheduler.predict_runtime`): the owner's recent runs of
-similar jobs (same image, model, dataset, epochs and image size; for a command job the same
-image and argv), else of jobs of the same size, else the user's own estimate, else the default.
-It is predicted once at submit from the owner's history and stored with its source, so the
-job page can say where the figure came from and a tick reads a column instead of the history.
+similar jobs (same image, model, dataset, epochs and image size, and for a tune the same number
+of iterations; for a command job the same image and argv), else of jobs of the same size, else
+the user's own estimate, else the default. It is predicted once at submit from the owner's
+history and stored with its source, so the job page can say where the figure came from and a
+tick reads a column instead of the history.
 """
 
 from collections import defaultdict
@@ -19,6 +20,10 @@ HISTORY_JOBS = 50  # the owner's most recent finished jobs considered
 
 def similar_signature(*, image_id: int, parsed_spec: Mapping[str, Any]) -> tuple:
     yolo = parsed_spec.get("yolo") or {}
+    tune = parsed_spec.get("tune")
+    if yolo and tune:  # a tune of N iterations is like another tune, never like one training
+        return ("tune", image_id, yolo.get("model"), yolo.get("data"), yolo.get("epochs"), yolo.get("imgsz"),
+                tune.get("iterations"))
     if yolo:
         return ("yolo", image_id, yolo.get("model"), yolo.get("data"), yolo.get("epochs"), yolo.get("imgsz"))
     return ("command", image_id, tuple(parsed_spec.get("command") or ()))

@@ -104,6 +104,8 @@ def job_submit(
         epochs_total = advice.yolo_advice(
             yolo=spec.as_dict()["yolo"], image=images[spec.image], reservation=reservation, gpus=spec.gpus
         )[0].epochs
+        if spec.tune is not None:
+            epochs_total = spec.tune.iterations  # a tune job's progress counts iterations
     if spec.command and _commands_refused():
         raise NotPermitted(
             ErrorCode.COMMAND_JOBS_REFUSED,
@@ -176,6 +178,7 @@ def job_attach(*, job_id: int, reservation_id: int | None, actor: AbstractBaseUs
 # The runner's event names (training/runner/progress.py).
 PROGRESS_EVENTS = {
     "started", "batch", "epoch", "final", "export", "artifacts", "warning", "succeeded", "checkpointed", "failed",
+    "iteration",  # a tune run's finished iteration (training/runner/tune.py)
 }
 
 
@@ -200,7 +203,9 @@ def run_report_record(*, run_id: int, token: str, body: Mapping[str, Any], now: 
     clean = {str(key)[:64]: value for key, value in metrics.items() if isinstance(value, int | float | str)}
     with transaction.atomic():
         Run.objects.filter(pk=run.pk).update(progress={"event": event, "epoch": epoch, **clean, "at": now.isoformat()})
-        if event == "epoch" and epoch is not None:
+        # A tune job's progress is its iterations; the epochs inside one iteration do not count.
+        counted = "iteration" if run.job.parsed_spec.get("tune") else "epoch"
+        if event == counted and epoch is not None:
             TrainingJob.objects.filter(pk=run.job_id, epochs_done__lt=epoch).update(epochs_done=epoch)
         if event == "artifacts":
             detail = body.get("detail") or {}

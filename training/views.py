@@ -17,7 +17,7 @@ import scheduler
 from config.errors import DomainError
 from reservations.models import Reservation
 from reservations.selectors import reservations_visible_to
-from training import advice, selectors, services
+from training import advice, selectors, services, tuning
 from training.execution import executor_from_settings
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
 from training.run_state import run_handle
@@ -39,7 +39,8 @@ def _progress(job: TrainingJob, run: Run | None) -> dict:
     done = job.epochs_done
     eta = (run.progress or {}).get("eta_s") if run and run.state in Run.LIVE else None
     return {"done": done, "total": total, "percent": round(100 * done / total) if total else 0,
-            "eta_minutes": round(eta / 60) if isinstance(eta, int | float) else None}
+            "eta_minutes": round(eta / 60) if isinstance(eta, int | float) else None,
+            "unit": "iteration" if tuning.is_tune(job) else "epoch"}  # a tune's progress counts iterations
 
 
 @login_required
@@ -80,13 +81,28 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     ).select_related("node")[:50]
     return render(request, "training/jobs.html", {
         "nav": "jobs", "rows": rows, "error": error, "upcoming": upcoming,
-        "spec_yaml": request.POST.get("spec_yaml", EXAMPLE_SPEC), "batch_advice": batch_advice,
+        "spec_yaml": request.POST.get("spec_yaml", _tuned_spec_text(request) or EXAMPLE_SPEC),
+        "batch_advice": batch_advice,
         "log_query": query, "log_lines": found_lines,
         "chosen_reservation": request.POST.get("reservation") or "",
         "image_tables": [(image.reference, advice.batch_table_rows(image))
                          for image in TrainingImage.objects.filter(allowed=True) if image.recommended_batch],
         "any_live": any(row["run"] and row["run"].state in Run.LIVE for row in rows),
     }, status=400 if error else 200)
+
+
+def _tuned_spec_text(request: HttpRequest) -> str | None:
+    """`?from_tune=<job>`: the form pre-filled with the spec a tune's best values make (issue #17)."""
+    job_id = request.GET.get("from_tune")
+    if request.method != "GET" or not job_id:
+        return None
+    job = _job_or_404(request, int(job_id) if job_id.isdigit() else 0)
+    try:
+        best, document = tuning.job_tuned_spec(job=job)
+    except DomainError as problem:
+        messages.error(request, problem.detail)
+        return None
+    return tuning.spec_text(document, best=best)
 
 
 EXAMPLE_SPEC = """task_name: shapes-detector
@@ -126,8 +142,12 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             .filter(team=job.team, status__in=Reservation.UPCOMING_OR_ACTIVE, end__gt=timezone.now())
             .select_related("node", "user").order_by("start", "id")[:50]
         )
+    tune = None
+    if tuning.is_tune(job):
+        points = tuning.tune_points(job=job)
+        tune = {"done": len(points), "best": tuning.best_point(points)}
     return render(request, "training/job_detail.html", {
-        "nav": "jobs", "job": job, "runs": runs, "progress": _progress(job, runs[0] if runs else None),
+        "nav": "jobs", "job": job, "runs": runs, "progress": _progress(job, runs[0] if runs else None), "tune": tune,
         "spec_text": json.dumps(job.spec, indent=2), "bookings": bookings,
         "runtime_words": duration_words(job.predicted_duration_s or scheduler.DEFAULT_POLICY.default_estimate_s),
         "booking": job.reservation if job.reservation_id else None,
@@ -186,8 +206,12 @@ def _run_context(request: HttpRequest, run_id: int) -> dict:
         log = executor_from_settings().log_tail(handle, lines=60) if handle is not None else ""
     except Exception:
         log = ""
+    tune = None
+    if tuning.is_tune(run.job):
+        points = tuning.tune_points(job=run.job)
+        tune = {"series": tuning.tune_series(points), "best": tuning.best_point(points)}
     return {"nav": "jobs", "run": run, "job": run.job, "live": run.state in Run.LIVE, "log": log,
-            "series": series(metrics), "progress": _progress(run.job, run)}
+            "series": series(metrics), "progress": _progress(run.job, run), "tune": tune}
 
 
 @login_required

@@ -1,6 +1,7 @@
 """A thin client over the REST API. Every non-2xx answer becomes an ApiError carrying the
 server's `{"code", "detail"}` so the command line can print the sentence the server wrote."""
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,13 +37,34 @@ class Client:
             raise Unreachable(f"cannot reach {self.url}: {error}") from error
         if response.is_success:
             return response.json() if response.content else None
+        raise self._error(response)
+
+    @staticmethod
+    def _error(response: httpx.Response) -> ApiError:
         try:
             body = response.json()
         except ValueError:
             body = None
         if isinstance(body, dict) and "detail" in body:
-            raise ApiError(response.status_code, str(body.get("code", "error")), str(body["detail"]), body)
-        raise ApiError(response.status_code, "http_error", f"HTTP {response.status_code} from {response.url}", body)
+            return ApiError(response.status_code, str(body.get("code", "error")), str(body["detail"]), body)
+        return ApiError(response.status_code, "http_error", f"HTTP {response.status_code} from {response.url}", body)
+
+    def download(self, path: str, target: Path, **params: Any) -> int:
+        """Stream a file answer into `target` (written under a temporary name, then renamed);
+        returns its size in bytes."""
+        partial = target.with_name(target.name + ".partial")
+        try:
+            with self._http.stream("GET", path.lstrip("/"), params=params) as response:
+                if not response.is_success:
+                    response.read()
+                    raise self._error(response)
+                with partial.open("wb") as handle:
+                    for chunk in response.iter_bytes():
+                        handle.write(chunk)
+        except httpx.HTTPError as error:
+            raise Unreachable(f"cannot reach {self.url}: {error}") from error
+        partial.replace(target)
+        return target.stat().st_size
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})

@@ -417,12 +417,17 @@ def status(run_id, once, interval, as_json) -> None:
               f"{','.join(map(str, run['gpu_indices']))} — {run['kind']}, started {local(run['started_at'])}",
               markup=False)
     total = job.get("epochs_total")
-    with Progress(TextColumn("{task.fields[state]}"), BarColumn(), MofNCompleteColumn(), TextColumn("epochs"),
+    tune = bool((job.get("spec") or {}).get("tune"))  # a tune's progress counts iterations (the job's)
+    with Progress(TextColumn("{task.fields[state]}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("iterations" if tune else "epochs"),
                   TextColumn("{task.fields[metrics]}"), TimeElapsedColumn(), console=out,
                   transient=False, disable=False) as bar:
         task = bar.add_task("run", total=total, state=run["state"], metrics="")
         while True:
-            epoch = (run.get("progress") or {}).get("epoch") or job.get("epochs_done") or 0
+            if tune:
+                epoch = client.get(f"jobs/{job['id']}/")["epochs_done"]
+            else:
+                epoch = (run.get("progress") or {}).get("epoch") or job.get("epochs_done") or 0
             bar.update(task, completed=epoch, state=run["state"], metrics=_progress_text(run))
             if once or run["state"] in FINISHED_RUN_STATES:
                 break
@@ -431,3 +436,116 @@ def status(run_id, once, interval, as_json) -> None:
     if run["state"] in FINISHED_RUN_STATES:
         out.print(f"Run #{run['id']} {run['state']} at {local(run['ended_at'])}"
                   + (f": {run['reason']}" if run.get("reason") else ""), markup=False)
+
+
+# --- the model registry and tuned specs (issue #17) ----------------------------------------------
+
+
+@cli.group()
+def models() -> None:
+    """The model registry: your teams' named, versioned models ("vision/pcb-defect" v3)."""
+
+
+def resolve_model(client: Client, model: str) -> dict:
+    """A model given by id or by its full name (team/name)."""
+    listed = client.get_all("models/")
+    found = next((m for m in listed if str(m["id"]) == model or m["full_name"] == model), None)
+    if found is None:
+        raise click.ClickException(f"no model {model!r} (`gpubook models list` shows yours)")
+    return found
+
+
+@models.command("list")
+@json_option
+@api_command
+def models_list(as_json) -> None:
+    """Your teams' models and their latest versions."""
+    rows = client_from_settings().get_all("models/")
+    table = Table("id", "model", "latest version", "created")
+    for m in rows:
+        table.add_row(str(m["id"]), m["full_name"], f"v{m['latest_version']}" if m["latest_version"] else "—",
+                      local(m["created_at"]))
+    emit(rows, as_json, table)
+
+
+@models.command("versions")
+@click.argument("model")
+@json_option
+@api_command
+def models_versions(model, as_json) -> None:
+    """A model's versions with their headline metrics and files."""
+    client = client_from_settings()
+    rows = client.get(f"models/{resolve_model(client, model)['id']}/")
+    table = Table("version", "run", "mAP50-95", "mAP50", "promoted by", "promoted", "files")
+    for v in rows:
+        metrics = v.get("metrics") or {}
+        table.add_row(f"v{v['version']}", f"#{v['run']}", str(metrics.get("mAP50-95", "—")),
+                      str(metrics.get("mAP50", "—")), v["promoted_by"], local(v["promoted_at"]),
+                      ", ".join(f["name"] for f in v["files"]))
+    emit(rows, as_json, table)
+
+
+@models.command("promote")
+@click.argument("run_id", type=click.IntRange(1))
+@click.argument("name")
+@click.option("--note", default="", help="Why this version (shown with it).")
+@json_option
+@api_command
+def models_promote(run_id, name, note, as_json) -> None:
+    """Make a succeeded run's best weights the next version of the team's model NAME."""
+    version = client_from_settings().post("models/promote/", {"run": run_id, "name": name, "note": note})
+    if as_json:
+        emit(version, True, None)
+    else:
+        out.print(f"Run #{run_id} is {version['model']} v{version['version']}.", markup=False)
+
+
+@models.command("compare")
+@click.argument("model")
+@click.argument("a", type=click.IntRange(1))
+@click.argument("b", type=click.IntRange(1))
+@json_option
+@api_command
+def models_compare(model, a, b, as_json) -> None:
+    """Two versions' metrics side by side (change = B - A)."""
+    client = client_from_settings()
+    found = client.get(f"models/{resolve_model(client, model)['id']}/compare/", a=a, b=b)
+    table = Table("metric", f"v{a}", f"v{b}", "change")
+    for row in found["metrics"]:
+        change = row["change"]
+        table.add_row(row["metric"], str(row["a"] if row["a"] is not None else "—"),
+                      str(row["b"] if row["b"] is not None else "—"), "—" if change is None else f"{change:+.4g}")
+    emit(found, as_json, table)
+
+
+@models.command("download")
+@click.argument("model")
+@click.argument("version", type=click.IntRange(1))
+@click.argument("name")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write it (default: MODEL-vVERSION-NAME here).")
+@api_command
+def models_download(model, version, name, output) -> None:
+    """Download a file of a version: its weights (best.pt) or any export (best.onnx, ...)."""
+    client = client_from_settings()
+    found = resolve_model(client, model)
+    target = output or Path(f"{found['name']}-v{version}-{name}")
+    size = client.download(f"models/{found['id']}/file/", target, version=version, name=name)
+    out.print(f"Wrote {target} ({size} bytes).", markup=False)
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(1))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the spec to this file (default: print it).")
+@api_command
+def tuned(job_id, output) -> None:
+    """The spec a tune job's best values make (JSON, which `gpubook submit` reads as YAML)."""
+    found = client_from_settings().get(f"jobs/{job_id}/tuned-spec/")
+    text = json.dumps(found["spec"], indent=2) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.write_text(text)
+    err.print(f"Iteration {found['iteration']} (fitness {found['fitness']:.5g}) written to {output}; "
+              f"submit it with `gpubook submit {output}`.", markup=False)

@@ -16,9 +16,26 @@
     });
   }
 
+  // A tune job: fitness per iteration and the best so far (training/tuning.py tune_series).
+  function drawTune(series) {
+    var traces = [
+      {x: series.iterations, y: series.fitness, name: "fitness", mode: "lines+markers"},
+      {x: series.iterations, y: series.best, name: "best so far", mode: "lines", line: {dash: "dot"}}
+    ];
+    if ((series["mAP50-95"] || []).some(function (value) { return value !== null && value !== undefined; })) {
+      traces.push({x: series.iterations, y: series["mAP50-95"], name: "mAP50-95", mode: "markers"});
+    }
+    var layout = Object.assign({}, LAYOUT, {title: {text: "Tune: fitness per iteration"},
+                                            xaxis: {title: {text: "iteration"}, tickformat: "d"}});
+    Plotly.react("chart-tune", traces, layout, {displayModeBar: false, responsive: true});
+  }
+
   function draw() {
+    if (typeof Plotly === "undefined") { return; }
+    var tune = document.getElementById("tune-series");
+    if (tune) { drawTune(JSON.parse(tune.textContent)); }
     var data = document.getElementById("run-series");
-    if (!data || typeof Plotly === "undefined") { return; }
+    if (!data) { return; }
     var series = JSON.parse(data.textContent);
     Plotly.react("chart-loss", traces(series, LOSSES), Object.assign({title: {text: "Losses"}}, LAYOUT),
                  {displayModeBar: false, responsive: true});

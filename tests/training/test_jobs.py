@@ -52,12 +52,34 @@ class TestJobSpec:
             ({"priority": "asap"}, "priority"),
             ({"timeout": "forever"}, "timeout"),
             ({"resources": {"memory": "lots"}}, "resources.memory"),
+            ({"tune": {"iterations": 0}}, "tune.iterations"),
+            ({"tune": {"iterations": 3, "space": {"imgsz": [32, 640]}}}, "tune.space.imgsz"),
+            ({"tune": {"iterations": 3, "space": {"lr0": [0.1, 0.01]}}}, "tune.space.lr0"),
+            ({"tune": "fast"}, "tune"),
+            ({"tune": {"iterations": 3}, "yolo": None, "command": ["python", "t.py"]}, "tune"),
+            ({"tune": {"iterations": 3}, "resources": {"gpu": 2}}, "resources.gpu"),
+            ({"tune": {"iterations": 3}, "yolo": {"model": "yolov8n.yaml", "data": "/data/vision/d.yaml",
+                                                  "export": ["onnx"]}}, "yolo.export"),
         ],
     )
     def test_each_problem_names_its_field(self, changes, field):
         with pytest.raises(JobSpecError) as refused:
             parse_job_spec(spec(**changes), allowed_images=IMAGES, data_roots=ROOTS, max_gpus=4)
         assert field in [problem_field for problem_field, _ in refused.value.problems]
+
+    def test_tune_job(self):
+        parsed = parse_job_spec(spec(tune={"iterations": 5, "space": {"lr0": [1e-5, 0.1], "close_mosaic": [0, 10]}}),
+                                allowed_images=IMAGES, data_roots=ROOTS, max_gpus=4)
+        assert parsed.tune.iterations == 5 and parsed.checkpointable
+        stored = parsed.as_dict()
+        assert stored["tune"] == {"iterations": 5, "space": {"lr0": [1e-5, 0.1], "close_mosaic": [0, 10]}}
+        # What launch reads back (JSON from the database) is the same spec.
+        import json
+
+        from training.jobspec import JobSpec
+
+        assert JobSpec.from_dict(json.loads(json.dumps(stored))) == parsed
+        assert parse_job_spec(spec(), allowed_images=IMAGES, data_roots=ROOTS, max_gpus=4).as_dict()["tune"] is None
 
     def test_all_problems_at_once(self):
         with pytest.raises(JobSpecError) as refused:
@@ -161,6 +183,18 @@ class TestRunReports:
         assert run.job.epochs_done == 2
         detail = api_world["owner"].get(f"/api/v1/runs/{run.pk}/").json()
         assert [point["values"]["mAP50"] for point in detail["metrics"]] == [0.1, 0.2]
+
+    def test_a_tune_counts_iterations_not_epochs(self, run):
+        run, token = run
+        TrainingJob.objects.filter(pk=run.job_id).update(parsed_spec={"tune": {"iterations": 3, "space": None}})
+        assert self.report(run.pk, token, {"event": "epoch", "epoch": 1, "epochs": 1}).status_code == 202
+        run.job.refresh_from_db()
+        assert run.job.epochs_done == 0  # an epoch inside an iteration
+        body = {"event": "iteration", "epoch": 2, "epochs": 3,
+                "metrics": {"iteration": 2, "fitness": 0.25, "hyp.lr0": 0.001}}
+        assert self.report(run.pk, token, body).status_code == 202
+        run.job.refresh_from_db()
+        assert run.job.epochs_done == 2
 
     def test_artifacts_are_registered(self, run):
         run, token = run

@@ -66,6 +66,8 @@ def spec_summary(spec: RunSpec) -> dict[str, Any]:
             value = list(value)
         elif name == "extra":
             value = dict(value)
+        elif name == "tune" and value is not None:
+            value = value.as_json()
         out[name] = value
     return out
 

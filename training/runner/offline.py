@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 _FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
@@ -21,6 +22,11 @@ def prepare_environment(config_dir: Path) -> None:
     os.environ["YOLO_OFFLINE"] = "1"  # online check, pip update check, analytics, Sentry
     os.environ["YOLO_CONFIG_DIR"] = str(config_dir)  # settings.json per run, never ~/.config
     os.environ.pop("ULTRALYTICS_API_KEY", None)  # the Platform callback streams when this is set
+    # OpenVINO's model converter (the `openvino` export) sends usage events to Google Analytics
+    # unless a consent file in $HOME says no; every place it imports openvino_telemetry falls
+    # back to a silent stub on ImportError, and a None entry in sys.modules makes that import
+    # fail (caught by the network audit in tests/training/runner/test_exports.py).
+    sys.modules.setdefault("openvino_telemetry", None)
     if not _writable_home():
         # onnxruntime and matplotlib write caches under $HOME.
         os.environ.setdefault("MPLCONFIGDIR", str(config_dir / "matplotlib"))

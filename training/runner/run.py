@@ -77,6 +77,10 @@ def run(spec: RunSpec, out: IO[str], *, ddp_rank: int | None = None) -> int:
 
     With several GPUs this process launches one DDP worker per GPU (ddp.py) and waits; a
     worker (``ddp_rank`` set) trains its share, and rank 0 reports, exports and ends the run."""
+    if spec.tune is not None:
+        from training.runner.tune import TuneRunner
+
+        return TuneRunner(spec, out).run()
     if spec.gpu_count > 1 and ddp_rank is None:
         return run_distributed(spec, out)
     return Runner(spec, out, ddp_rank=ddp_rank).run()
@@ -255,17 +259,22 @@ class Runner:
             if watchdog is not None:
                 watchdog.cancel()
 
-    def _run(self) -> int:
-        spec = self.spec
+    def _setup(self) -> Any:
+        """Offline switches, Ultralytics' import and the device check; returns ``YOLO``."""
         self.phase = "setup"
         from training.runner.offline import prepare_environment, quiet_settings
 
-        prepare_environment(spec.output_dir / CONFIG_DIR_NAME)
+        prepare_environment(self.spec.output_dir / CONFIG_DIR_NAME)
         from ultralytics import YOLO  # after prepare_environment: import-time checks read it
 
-        quiet_settings(spec.output_dir)
+        quiet_settings(self.spec.output_dir)
         patch_worker_process_group()
         self._check_devices()
+        return YOLO
+
+    def _run(self) -> int:
+        spec = self.spec
+        YOLO = self._setup()
 
         self.phase = "checkpoint"
         plan, info = self._plan()

@@ -22,7 +22,11 @@ Example (every field; the optional ones show their defaults)::
       "report_token": "…",                 # required with report_url
       "partial_epoch": "redo",             # a stop mid-epoch: "redo" that epoch on resume, or "skip" it
       "export": ["onnx"],                  # export formats at the end ([] for none)
-      "extra": {"lr0": 0.01, "mosaic": 0}  # extra Ultralytics train args, allowlisted (EXTRA_ARGS)
+      "extra": {"lr0": 0.01, "mosaic": 0}, # extra Ultralytics train args, allowlisted (EXTRA_ARGS)
+      "tune": null                         # hyper-parameter tuning instead of one training (tune.py):
+                                           # {"iterations": 30, "space": {"lr0": [1e-5, 0.1],
+                                           #  "momentum": [0.6, 0.98, 0.3]}}; epochs are per
+                                           # iteration; one GPU or the CPU, no export, no resume_from
     }
 
 Relative paths are resolved against the current directory. Unknown fields are errors: a typo
@@ -44,7 +48,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["EXTRA_ARGS", "RunSpec", "SpecError", "load_spec", "parse_spec"]
+__all__ = ["EXTRA_ARGS", "RunSpec", "SpecError", "TuneSpec", "load_spec", "parse_spec", "parse_tune"]
 
 
 class SpecError(ValueError):
@@ -149,6 +153,78 @@ EXTRA_ARGS: Mapping[str, Callable[[Any], bool]] = MappingProxyType(
     }
 )
 
+# --- hyper-parameter tuning (a job's `tune:`; the runner's tune.py) ----------------------------
+# The one validator of a tune section: the job spec parser (training/jobspec.py) and the run
+# spec below both call parse_tune. A search space may name only allowlisted numeric train
+# arguments, so the best values it finds are always a valid `yolo.extra` of a new job.
+
+MAX_TUNE_ITERATIONS = 1000
+# Ultralytics' model.tune() trains with AdamW unless told otherwise: with "auto" the optimizer
+# picks its own learning rate and momentum, and tuning lr0 would change nothing. The job that
+# the best values make trains with the same optimizer.
+TUNE_DEFAULT_OPTIMIZER = "AdamW"
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    iterations: int
+    # name -> (low, high) or (low, high, gain); None: Ultralytics' own default space, less the
+    # arguments the allowlist does not take
+    space: Mapping[str, tuple[float, ...]] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        space = None if self.space is None else {key: list(bounds) for key, bounds in self.space.items()}
+        return {"iterations": self.iterations, "space": space}
+
+
+def tunable(name: str) -> bool:
+    """A numeric allowlisted train argument: what a search space may name."""
+    return EXTRA_ARGS.get(name) in (_number, _integer)
+
+
+def parse_tune(value: Any) -> tuple[TuneSpec | None, list[tuple[str, str]]]:
+    """(the tune section, its problems as (field under ``tune``, message)), all at once."""
+    if not isinstance(value, Mapping):
+        return None, [("", "expected a mapping with iterations and space")]
+    problems: list[tuple[str, str]] = []
+    for key in sorted(set(value) - {"iterations", "space"}, key=str):
+        problems.append((str(key), "unknown field (allowed: iterations, space)"))
+    iterations = value.get("iterations")
+    if not _integer(iterations) or not 1 <= iterations <= MAX_TUNE_ITERATIONS:
+        problems.append(("iterations", f"expected an integer from 1 to {MAX_TUNE_ITERATIONS}, got {iterations!r}"))
+    space = value.get("space")
+    bounds: dict[str, tuple[float, ...]] | None = None
+    if space is not None:
+        if not isinstance(space, Mapping) or not space:
+            problems.append(("space", "expected a mapping of argument: [low, high] or [low, high, gain]"))
+        else:
+            bounds = {}
+            for key, item in space.items():
+                problem = _space_problem(str(key), item)
+                if problem:
+                    problems.append((f"space.{key}", problem))
+                else:
+                    bounds[str(key)] = tuple(item)
+    if problems:
+        return None, problems
+    return TuneSpec(iterations=iterations, space=bounds), []
+
+
+def _space_problem(key: str, item: Any) -> str | None:
+    if not tunable(key):
+        names = ", ".join(sorted(name for name in EXTRA_ARGS if tunable(name)))
+        return f"not a numeric training argument that may be tuned (allowed: {names})"
+    if not isinstance(item, list | tuple) or len(item) not in (2, 3) or not all(_number(v) for v in item):
+        return f"expected [low, high] or [low, high, gain] (numbers), got {item!r}"
+    if item[0] > item[1]:
+        return f"low {item[0]!r} is above high {item[1]!r}"
+    if len(item) == 3 and not 0 <= item[2] <= 1:
+        return f"gain must be from 0 to 1, got {item[2]!r}"
+    if EXTRA_ARGS[key] is _integer and math.ceil(item[0]) > math.floor(item[1]):
+        return f"{key} takes integers, and [{item[0]}, {item[1]}] holds none"
+    return None
+
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _WEIGHTS_SUFFIXES = (".pt", ".pth")
 _YAML_SUFFIXES = (".yaml", ".yml")
@@ -167,6 +243,7 @@ _OPTIONAL = (
     "export",
     "extra",
     "allow_gpu_count_change",
+    "tune",
 )
 
 
@@ -192,6 +269,7 @@ class RunSpec:
     export: tuple[str, ...] = ("onnx",)
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     allow_gpu_count_change: bool = False
+    tune: TuneSpec | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -287,6 +365,8 @@ def parse_spec(data: Any, *, cwd: Path | None = None) -> RunSpec:
         if not _boolean(data["allow_gpu_count_change"]):
             raise SpecError("allow_gpu_count_change", f"must be true or false, got {data['allow_gpu_count_change']!r}")
         kwargs["allow_gpu_count_change"] = data["allow_gpu_count_change"]
+    if data.get("tune") is not None:
+        kwargs["tune"] = _tune(data["tune"], kwargs)
     return RunSpec(**kwargs)
 
 
@@ -423,6 +503,21 @@ def _export(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(v in EXPORT_FORMATS for v in value):
         raise SpecError("export", f"must be a list drawn from {', '.join(EXPORT_FORMATS)}")
     return tuple(dict.fromkeys(value))
+
+
+def _tune(value: Any, fields: dict[str, Any]) -> TuneSpec:
+    tune, problems = parse_tune(value)
+    if problems:
+        name, problem = problems[0]
+        raise SpecError(f"tune.{name}" if name else "tune", problem)
+    if fields["device"] != "cpu" and len(fields["device"]) > 1:
+        raise SpecError("device", "a tune run trains its iterations on one GPU (or the CPU)")
+    if fields.get("resume_from") is not None:
+        raise SpecError("resume_from", "a tune run continues from its own output_dir (tune/tune_results.ndjson)")
+    if fields.get("export"):
+        raise SpecError("export", "a tune run exports nothing: train the best hyper-parameters as a job of its own")
+    fields["export"] = ()
+    return tune
 
 
 def _extra(value: Any) -> Mapping[str, Any]:

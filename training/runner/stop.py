@@ -77,9 +77,12 @@ class GracefulStop:
         stop_at: float | None,
         partial_epoch: str = "redo",
         clock: Callable[[], float] = time.time,
+        save_mid_epoch: bool = True,
     ) -> None:
         self.stop_at = stop_at
         self.partial_epoch = partial_epoch
+        # False where a mid-epoch checkpoint would never be resumed (a tune iteration restarts).
+        self.save_mid_epoch = save_mid_epoch
         self.clock = clock
         self.reason: str | None = None
         self.requested_monotonic: float | None = None
@@ -148,7 +151,9 @@ class GracefulStop:
         if not self.requested():
             return
         epoch = trainer.epoch
-        mark = recorded_epoch(epoch, trainer.epochs, self.partial_epoch, self.already_interrupted)
+        mark = None
+        if self.save_mid_epoch:
+            mark = recorded_epoch(epoch, trainer.epochs, self.partial_epoch, self.already_interrupted)
         self.stopped_in_epoch = epoch + 1
         if mark is not None:
             saved = (trainer.epoch, trainer.fitness, trainer.save_period)

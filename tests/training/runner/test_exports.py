@@ -1,5 +1,6 @@
-"""Export formats from the spec: each export is an artifact with its checksum, and the ONNX
-and TorchScript files load back and run on one image (onnxruntime / torch.jit)."""
+"""Export formats from the spec: each export is an artifact with its checksum, and the ONNX,
+TorchScript and OpenVINO files load back and run on one image (onnxruntime / torch.jit /
+the OpenVINO runtime, from the zipped folder as a user downloads it)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _image_tensor(data_yaml: Path, imgsz: int):
     return np.ascontiguousarray(np.asarray(image, dtype=np.float32).transpose(2, 0, 1)[None] / 255.0)
 
 
-def test_onnx_and_torchscript_exports_run_and_engine_is_refused_on_cpu(tmp_path, network_audit):
+def test_onnx_torchscript_and_openvino_exports_run_and_engine_is_refused_on_cpu(tmp_path, network_audit):
     from training.runner.dataset import CLASS_NAMES, make_demo_dataset
 
     data_yaml = make_demo_dataset(tmp_path / "shapes", train_images=8, val_images=4, imgsz=64, seed=5)
@@ -35,18 +36,18 @@ def test_onnx_and_torchscript_exports_run_and_engine_is_refused_on_cpu(tmp_path,
     spec = write_spec(
         tmp_path / "exp.json", run_id="exp", model="yolov8n.yaml", data=str(data_yaml), epochs=1, imgsz=64,
         batch=4, device="cpu", workers=0, output_dir=str(out), extra={"plots": False},
-        export=["onnx", "torchscript", "engine"],
+        export=["onnx", "torchscript", "openvino", "engine"],
     )
     runner = RunnerProcess(spec, audit_dir=network_audit)
     assert runner.wait(timeout=240) == EXIT_SUCCEEDED, runner.stderr_tail()
 
     exports = {event["detail"]["format"]: event["detail"] for event in runner.of("export")}
-    assert exports["onnx"]["ok"] and exports["torchscript"]["ok"]
+    assert exports["onnx"]["ok"] and exports["torchscript"]["ok"] and exports["openvino"]["ok"]
     assert exports["engine"] == {"format": "engine", "ok": False, "error": ENGINE_NEEDS_CUDA}
 
     weights = out / "train" / "weights"
     listed = {item["name"]: item for item in json.loads((out / "artifacts.json").read_text())["artifacts"]}
-    for name in ("best.onnx", "best.torchscript"):
+    for name in ("best.onnx", "best.torchscript", "best_openvino_model.zip"):
         item = listed[name]
         assert item["kind"] == "export" and item["path"] == f"train/weights/{name}"
         assert item["sha256"] == hashlib.sha256((weights / name).read_bytes()).hexdigest()
@@ -70,5 +71,23 @@ def test_onnx_and_torchscript_exports_run_and_engine_is_refused_on_cpu(tmp_path,
     assert tuple(script_out.shape) == onnx_out.shape
     # The same weights behind both: the two runtimes agree on the boxes and scores.
     assert abs(script_out.numpy() - onnx_out).max() < 1e-2
+
+    # OpenVINO: one artifact, the zipped model folder; unzipped and compiled for the CPU.
+    import zipfile
+
+    import openvino
+
+    with zipfile.ZipFile(weights / "best_openvino_model.zip") as archive:
+        assert sorted(archive.namelist()) == [
+            "best_openvino_model/best.bin", "best_openvino_model/best.xml", "best_openvino_model/metadata.yaml",
+        ]
+        archive.extractall(tmp_path / "unzipped")
+    # f32: the CPU plugin may otherwise compute in bf16/f16, and the comparison is of the weights.
+    compiled = openvino.Core().compile_model(
+        str(tmp_path / "unzipped" / "best_openvino_model" / "best.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+    )
+    openvino_out = compiled(image)[compiled.output(0)]
+    assert openvino_out.shape == onnx_out.shape
+    assert abs(openvino_out - onnx_out).max() < 1e-2
 
     assert network_attempts(network_audit) == []

@@ -115,6 +115,17 @@ def test_relative_paths_resolve_against_cwd(files, tmp_path):
         ({"extra": {"pretrained": "/w.pt"}}, "extra.pretrained", "true or false"),
         ({"extra": {"optimizer": "Lion"}}, "extra.optimizer", "one of"),
         ({"epoch": 3}, "epoch", "unknown field"),
+        ({"tune": 3}, "tune", "a mapping"),
+        ({"tune": {"iterations": 0}}, "tune.iterations", "from 1 to 1000"),
+        ({"tune": {"iterations": 2, "trials": 1}}, "tune.trials", "unknown field"),
+        ({"tune": {"iterations": 2, "space": {"imgsz": [32, 64]}}}, "tune.space.imgsz", "may be tuned"),
+        ({"tune": {"iterations": 2, "space": {"optimizer": [0, 1]}}}, "tune.space.optimizer", "may be tuned"),
+        ({"tune": {"iterations": 2, "space": {"lr0": [0.1]}}}, "tune.space.lr0", "[low, high]"),
+        ({"tune": {"iterations": 2, "space": {"lr0": [0.1, 0.01]}}}, "tune.space.lr0", "above high"),
+        ({"tune": {"iterations": 2, "space": {"lr0": [0.01, 0.1, 2]}}}, "tune.space.lr0", "gain"),
+        ({"tune": {"iterations": 2, "space": {"close_mosaic": [1.2, 1.8]}}}, "tune.space.close_mosaic", "holds none"),
+        ({"tune": {"iterations": 2}, "device": [0, 1]}, "device", "one GPU"),
+        ({"tune": {"iterations": 2}, "export": ["onnx"]}, "export", "exports nothing"),
     ],
 )
 def test_invalid_fields_are_named(files, changes, field, words):
@@ -123,6 +134,14 @@ def test_invalid_fields_are_named(files, changes, field, words):
     assert caught.value.field == field
     assert words in str(caught.value)
     assert f"'{field}'" in str(caught.value)
+
+
+def test_a_tune_spec_exports_nothing_and_keeps_its_space(files):
+    spec = parse_spec(minimal(files, tune={"iterations": 3, "space": {"lr0": [1e-5, 0.1], "momentum": [0.6, 0.98, 0.3]}}))
+    assert spec.tune.iterations == 3 and spec.export == ()
+    assert spec.tune.as_json() == {"iterations": 3, "space": {"lr0": [1e-5, 0.1], "momentum": [0.6, 0.98, 0.3]}}
+    assert parse_spec(minimal(files, tune={"iterations": 1})).tune.space is None
+    assert parse_spec(minimal(files)).tune is None
 
 
 def test_builtin_model_names(files):
