@@ -3,11 +3,15 @@
 import pytest
 
 from tests.cli.test_cli_live import gpubook, login  # noqa: F401  (the fixture, reused)
+from training.models import TrainingImage
 
 
 @pytest.mark.django_db(transaction=True)
 def test_advise_and_submit_print_the_batch_for_the_gpu_and_warn(gpubook, people, inventory, tmp_path, settings):  # noqa: F811
     settings.GPUBOOK_DATA_ROOTS = [str(tmp_path / "data" / "{team}")]
+    # The catalog row the migration seeds: an earlier live-server test's flush may have removed it.
+    TrainingImage.objects.update_or_create(name="yolo", tag="v8n-cu118", defaults={
+        "recommended_batch": {"16384": 64, "24576": 96, "40960": 128, "81920": 256}})
     data = tmp_path / "data" / "vision" / "d.yaml"
     login(gpubook, "alice")
     job_file = tmp_path / "job.yaml"
