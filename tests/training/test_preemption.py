@@ -34,7 +34,7 @@ def world(db, tmp_path, settings):
     teams = {slug: Team.objects.create(name=slug, slug=slug, monthly_gpu_hours=1000) for slug in ("vision", "nlp")}
     people = {}
     for name, slug in (("alice", "vision"), ("dave", "vision"), ("bob", "nlp")):
-        people[name] = get_user_model().objects.create_user(username=name)
+        people[name] = get_user_model().objects.create_user(username=name, email=f"{name}@example.org")
         Membership.objects.create(team=teams[slug], user=people[name])
     return {"fake": FakeExecutor(), **people}
 
@@ -76,7 +76,7 @@ def test_an_urgent_job_preempts_a_low_backfill_run_and_its_owner_is_told_why(wor
     assert run.state == Run.State.STOPPING and reason in run.reason
     (notice,) = preempted_notices()
     assert notice.payload["job"] == {"id": low.pk, "name": "sweep"} and reason in notice.payload["reason"]
-    assert list(notice.recipients.values_list("user__username", flat=True)) == ["alice"]
+    assert list(notice.deliveries.values_list("user__username", flat=True)) == ["alice"]
     if team != "vision":  # another team's job name never reaches this team
         assert "hotfix" not in str(notice.payload) and f"#{urgent.pk}" not in notice.payload["reason"]
 
