@@ -12,6 +12,16 @@ def jobs_visible_to(*, user: AbstractBaseUser) -> QuerySet[TrainingJob]:
     return jobs.filter(team__in=Team.objects.filter(memberships__user=user))
 
 
+
+def booking_job(*, reservation_id: int) -> TrainingJob | None:
+    """The job a booking will run (or runs): its first unfinished attached job by submit
+    time, the one training.snapshot hands plan() for that booking."""
+    return (
+        TrainingJob.objects.filter(reservation_id=reservation_id).exclude(state__in=TrainingJob.FINISHED)
+        .select_related("user").order_by("submitted_at", "pk").first()
+    )
+
+
 def runs_visible_to(*, user: AbstractBaseUser) -> QuerySet[Run]:
     runs = Run.objects.select_related("job")
     if user.is_superuser:

@@ -3,6 +3,7 @@ FakeExecutor: at slot end a checkpointed job is never left on its ended booking;
 decides where it goes, and it resumes from its checkpoint there."""
 
 import datetime as dt
+import json
 import sys
 
 import pytest
@@ -211,3 +212,48 @@ def test_attach_and_detach_on_the_job_page(world, client):
     assert client.post(f"/jobs/{job.pk}/attach/", {"reservation": later.pk}).status_code == 404
     job.refresh_from_db()
     assert job.reservation_id is None
+
+
+def test_attach_and_detach_from_the_booking_panel_in_the_calendar(world, client):
+    """The calendar's booking panel loads the booking's job section (htmx) from the training
+    side; attaching and detaching there goes through the job page's own service."""
+    from reservations.models import Team as TeamModel
+
+    soon = dt.datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(days=2)  # pages use the clock
+    booking = book(world, soon, soon + H)
+    job = submit(world)
+    htmx = {"HTTP_HX_REQUEST": "true"}
+    client.force_login(world["alice"])
+    panel = client.get(f"/reservations/{booking.pk}/", **htmx).content.decode()
+    assert f'hx-get="/reservations/{booking.pk}/job/"' in panel
+
+    section = client.get(f"/reservations/{booking.pk}/job/", **htmx).content.decode()
+    assert "No job attached" in section and f'<option value="{job.pk}">long · alice' in section
+    attached = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "attach"}, **htmx)
+    assert attached.status_code == 200 and "reservations-changed" in attached["HX-Trigger"]
+    job.refresh_from_db()
+    assert job.reservation_id == booking.pk
+    assert f'Runs <a href="/jobs/{job.pk}/">long</a>' in attached.content.decode()
+    assert f"booking #{booking.pk}" in client.get(f"/jobs/{job.pk}/").content.decode()  # the job page agrees
+
+    detached = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"})  # no JavaScript
+    assert detached.status_code == 302 and detached["Location"] == f"/reservations/{booking.pk}/"
+    job.refresh_from_db()
+    assert job.reservation_id is None and job.waiting_for == WaitingFor.SLOT
+    refused = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"}, **htmx)
+    assert "is not attached to this booking" in refused.content.decode()
+
+    # Another team sees neither the booking's job nor may attach its own jobs to it.
+    outsider = get_user_model().objects.create_user(username="carol")
+    nlp = TeamModel.objects.create(name="nlp", slug="nlp")
+    Membership.objects.create(team=nlp, user=outsider)
+    client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "attach"}, **htmx)
+    client.force_login(outsider)
+    assert client.get(f"/reservations/{booking.pk}/job/", **htmx).status_code == 404
+    assert client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"}).status_code == 404
+    job.refresh_from_db()
+    assert job.reservation_id == booking.pk
+    feed = client.get("/calendar/events.json", {"start": soon.isoformat(), "end": (soon + H).isoformat()}).json()
+    (busy,) = [event for event in feed["events"] if event["extendedProps"].get("kind") == "busy"]
+    assert "long" not in json.dumps(busy)
+    assert busy["id"] != f"r{booking.pk}" and "reservation" not in busy["extendedProps"]
