@@ -5,6 +5,7 @@ from training import registry_views, views
 urlpatterns = [
     path("jobs/", views.jobs_page, name="jobs"),
     path("queue/", views.queue_page, name="queue"),
+    path("jobs/estimate/", views.job_estimate, name="job-estimate"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/attach/", views.job_attach, name="job-attach"),

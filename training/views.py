@@ -21,6 +21,8 @@ from reservations.selectors import reservations_visible_to
 from training import advice, selectors, services
 from training.execution import executor_from_settings
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
+from training.queue import queue_estimate_preview
+from training.reconcile import policy_from_settings
 from training.run_state import run_handle
 from training.runtime import duration_words
 
@@ -79,7 +81,8 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     upcoming = reservations_visible_to(user=request.user).filter(
         status__in=Reservation.UPCOMING_OR_ACTIVE, end__gt=timezone.now()
     ).select_related("node")[:50]
-    return render(request, "training/jobs.html", {
+    estimate = _start_estimate(request) if request.method == "POST" and not error else {}
+    return render(request, "training/jobs.html", {**estimate,
         "nav": "jobs", "rows": rows, "error": error, "upcoming": upcoming,
         "spec_yaml": request.POST.get("spec_yaml", EXAMPLE_SPEC), "batch_advice": batch_advice,
         "log_query": query, "log_lines": found_lines,
@@ -103,6 +106,32 @@ resources: {gpu: 1}
 priority: medium
 estimated_duration: 15m
 """
+
+
+def _start_estimate(request: HttpRequest) -> dict:
+    """The submit form's estimate for the spec as typed: when it would start and for how long it
+    would run (training.queue.queue_estimate_preview: the scheduler's stored-estimate rule)."""
+    now = timezone.now()
+    reservation = request.POST.get("reservation") or None
+    try:
+        preview = queue_estimate_preview(
+            user=request.user, document=services.job_spec_from_text(text=request.POST.get("spec_yaml", "")),
+            reservation_id=int(reservation) if reservation else None, now=now, policy=policy_from_settings(),
+        )
+    except (DomainError, ValueError) as problem:
+        return {"estimate_problem": getattr(problem, "detail", "Choose a booking from the list.")}
+    job = preview.job
+    wait_s = (preview.estimated_start - now).total_seconds() if preview.estimated_start else 0
+    return {"estimate": preview, "runtime_words": duration_words(
+        job.predicted_duration_s or scheduler.DEFAULT_POLICY.default_estimate_s
+    ), "wait_words": duration_words(wait_s) if wait_s >= 60 else ""}
+
+
+@login_required
+@require_POST
+def job_estimate(request: HttpRequest) -> HttpResponse:
+    """The submit form's estimate, refreshed by htmx as the spec or the booking changes."""
+    return render(request, "training/_start_estimate.html", _start_estimate(request))
 
 
 @login_required
