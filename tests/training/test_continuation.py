@@ -94,6 +94,31 @@ def test_next_booking_moves_the_job_and_it_resumes_from_its_checkpoint(world):
     assert job.state == TrainingJob.State.SUCCEEDED
 
 
+
+def test_a_job_moves_through_three_bookings_resuming_each_time(world):
+    slots = [book(world, S + 3 * k * H, S + (3 * k + 1) * H, gpus=world["gpus"][k % 2:k % 2 + 1]) for k in range(3)]
+    job = submit(world, reservation=slots[0])
+    runs, checkpoint = [], None
+    for k, slot in enumerate(slots):
+        if k:
+            assert tick(world, slot.start - H).started == []  # idle GPUs in between: it waits for its booking
+        report = tick(world, slot.start)
+        run = Run.objects.get(job=job, state=Run.State.RUNNING)
+        assert report.started == [run.pk] and run.reservation_id == slot.pk and run.kind == Run.Kind.RESERVED
+        assert run.resumed_from == (checkpoint or "")
+        runs.append(run)
+        if k == len(slots) - 1:
+            break
+        _, checkpoint = end_first_slot_with_a_checkpoint(world, job, slot.end)
+        assert tick(world, slot.end).continued == {job.pk: slots[k + 1].pk}
+    world["fake"].finish(runs[-1].pk)
+    tick(world, slots[-1].start + 10 * MIN)
+    job.refresh_from_db()
+    assert job.state == TrainingJob.State.SUCCEEDED and job.reservation_id == slots[-1].pk
+    assert [run.state for run in Run.objects.filter(job=job).order_by("pk")] == [
+        Run.State.CHECKPOINTED, Run.State.CHECKPOINTED, Run.State.SUCCEEDED]
+
+
 def test_with_no_next_booking_it_waits_and_the_owners_new_booking_picks_it_up(world):
     first = book(world, S, S + H)
     job = submit(world, reservation=first)
