@@ -29,6 +29,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,17 +53,32 @@ BACKGROUND_LOAD = 0.6
 VARIANTS = ("no bookings (baseline)", "next_booking", "then: backfill")
 
 
-class NextBookingSimulation(Simulation):
-    """`then: next_booking`: a job with bookings of its own is never queued for backfill
-    between them (the engine alone requeues every stopped job, i.e. `then: backfill`)."""
+class ContinuationSimulation(Simulation):
+    """Jobs with bookings of their own, as gpubook runs them. Two departures from the plain
+    engine (which gives every job at most one booking):
+    * a job that has finished marks all its bookings finished (gpubook's snapshot: a booking's
+      `job_finished` once its job has ended for good), so plan releases the evenings left
+      instead of starting the finished job again;
+    * with `then: next_booking` (`requeue=False`) a stopped job is not queued for backfill
+      between its bookings (the engine alone requeues every stopped job: `then: backfill`).
+    """
 
-    def __init__(self, *args, continuing: set[int], **kwargs) -> None:
+    def __init__(self, *args, continuing: set[int], requeue: bool, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.continuing = continuing
+        self.requeue = requeue
 
     def _submit(self, job: SimJob, now_s: float) -> None:
-        if job.id not in self.continuing:
+        if self.requeue or job.id not in self.continuing:
             super()._submit(job, now_s)
+
+    def _end_run(self, live, now_s: float, how: str) -> None:
+        super()._end_run(live, now_s, how)
+        if how == "completed" and live.job.id in self.continuing:
+            for reservation in list(self.reservations.values()):
+                if reservation.job_id == live.job.id and not reservation.job_finished:
+                    self.reservations[reservation.id] = replace(reservation, job_finished=True)
+                    self._reservations_tuple = None
 
 
 def background(rng: random.Random, total_gpus: int, load: float) -> list[SimJob]:
@@ -129,16 +145,20 @@ def replay(variant: str, seed: int, load: float) -> dict:
         gpus=gpus, policy=policy, restart_overhead_s=RESTART_S,
         team_quota_gpu_s={"others": 1.0, "lab": 1.0, "cv": 1.0},
     )
-    if variant == "next_booking":
-        simulation = NextBookingSimulation(config, jobs, bookings, continuing={job.id for job in mine})
-    else:
+    if variant == VARIANTS[0]:
         simulation = Simulation(config, jobs, bookings)
+    else:
+        simulation = ContinuationSimulation(
+            config, jobs, bookings, continuing={job.id for job in mine}, requeue=variant == "then: backfill"
+        )
     started = time.perf_counter()
     result = simulation.run()
     elapsed = time.perf_counter() - started
     runs = [record for record in result.run_records if record.job_id <= LONG_JOBS]
     if variant == "next_booking":  # the override took: no continuation job ran outside its bookings
         assert all(record.kind == RunKind.RESERVED for record in runs), "a next_booking job was backfilled"
+    # Each job completes once (a finished job's later bookings are released, not run again).
+    assert sorted(record.job_id for record in runs if record.how == "completed") == [job.id for job in mine]
     completion_h = [
         (job.completed_s - job.submit_s) / H if job.completed_s is not None else math.inf for job in mine
     ]
