@@ -12,6 +12,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import trigger_client_event
 
 import scheduler
 from config.errors import DomainError, ErrorCode
@@ -218,8 +219,12 @@ def booking_job(request: HttpRequest, reservation_id: int) -> HttpResponse:
         )
     context = {"reservation": reservation, "job": booked_job, "waiting": waiting, "live": live,
                "error": error, "done": done, "nav": "mine"}
-    template = "training/_booking_job.html" if request.htmx else "training/booking_job.html"
-    return render(request, template, context, status=400 if error and not request.htmx else 200)
+    if not request.htmx:
+        return render(request, "training/booking_job.html", context, status=400 if error else 200)
+    response = render(request, "training/_booking_job.html", context)
+    if done:  # the calendar redraws the booking, now titled with its job
+        trigger_client_event(response, "reservations-changed", {"reservation": reservation.pk})
+    return response
 
 
 @login_required

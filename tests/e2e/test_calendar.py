@@ -197,6 +197,7 @@ def test_attach_a_waiting_job_in_the_booking_panel_then_detach_it(open_page, liv
     section.get_by_label("Run here").select_option(label="shapes-yolo · alice · 1 GPU")
     section.get_by_role("button", name="Attach").click()
     expect(section).to_contain_text("Runs shapes-yolo")
+    expect(page.locator(".ec-event", has_text="evening run · job shapes-yolo")).to_have_count(1)  # the grid names it
     job.refresh_from_db()
     assert job.reservation_id == evening.pk
     section.get_by_role("button", name="Detach").click()

@@ -255,11 +255,15 @@ def test_attach_and_detach_from_the_booking_panel_in_the_calendar(world, client)
     section = client.get(f"/reservations/{booking.pk}/job/", **htmx).content.decode()
     assert "No job attached" in section and f'<option value="{job.pk}">long · alice' in section
     attached = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "attach"}, **htmx)
-    assert attached.status_code == 200
+    assert attached.status_code == 200 and "reservations-changed" in attached["HX-Trigger"]
     job.refresh_from_db()
     assert job.reservation_id == booking.pk
     assert f'Runs <a href="/jobs/{job.pk}/">long</a>' in attached.content.decode()
     assert f"booking #{booking.pk}" in client.get(f"/jobs/{job.pk}/").content.decode()  # the job page agrees
+    window = {"start": soon.isoformat(), "end": (soon + H).isoformat()}
+    (event,) = [event for event in client.get("/calendar/events.json", window).json()["events"]
+                if event["extendedProps"].get("reservation") == booking.pk]
+    assert event["title"].endswith(" · job long") and event["extendedProps"]["job"] == {"id": job.pk, "name": "long"}
 
     detached = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"})  # no JavaScript
     assert detached.status_code == 302 and detached["Location"] == f"/reservations/{booking.pk}/"
@@ -278,7 +282,7 @@ def test_attach_and_detach_from_the_booking_panel_in_the_calendar(world, client)
     assert client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"}).status_code == 404
     job.refresh_from_db()
     assert job.reservation_id == booking.pk
-    feed = client.get("/calendar/events.json", {"start": soon.isoformat(), "end": (soon + H).isoformat()}).json()
+    feed = client.get("/calendar/events.json", window).json()
     (busy,) = [event for event in feed["events"] if event["extendedProps"].get("kind") == "busy"]
     assert "long" not in json.dumps(busy)
     assert busy["id"] != f"r{booking.pk}" and "reservation" not in busy["extendedProps"]
