@@ -70,7 +70,8 @@ def queue_estimate_preview(
         job = services.job_submit(user=user, document=document, reservation_id=reservation_id, now=now)
         estimate = None
         if job.reservation_id is None:
-            estimate = scheduler.estimate_starts(build_snapshot(now=now, policy=policy), now, policy).get(job.pk)
+            snapshot = build_snapshot(now=now, policy=policy)
+            estimate = scheduler.estimate_starts(snapshot, now, policy, until_started=job.pk).get(job.pk)
         booking = job.reservation
         transaction.set_rollback(True)
     if booking is not None:
