@@ -12,7 +12,14 @@
    gives at the first plan after its submission, compared with the start it actually got:
    median and p90 absolute error, for all sampled jobs and for those that waited.
 
-    .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue]
+3. **Cost of one estimate** (what each stored refresh, and each preview on the submit form,
+   pays): `estimate_starts` over the whole queue on `benchmarks/scheduler_plan.py`'s snapshots
+   (small: 64 GPUs, 200 queued, 100 bookings; base: 1,024 GPUs, 5,000 queued, 2,000
+   bookings), against one `plan()` on the same snapshot (the baseline: the estimate is many);
+   and the preview's roll-forward `until_started` for the 10th job of the queue and the middle
+   one (a job with no start within the 500 plans costs the whole roll-forward).
+
+    .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue|cost]
 """
 
 from __future__ import annotations
@@ -96,7 +103,7 @@ def print_runtime() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["runtime", "queue"])
+    parser.add_argument("--only", choices=["runtime", "queue", "cost"])
     arguments = parser.parse_args()
     if not TRACES_DIR.exists():
         print(f"traces not found: {TRACES_DIR}", file=sys.stderr)
@@ -106,6 +113,8 @@ def main() -> int:
         print_runtime()
     if arguments.only in (None, "queue"):
         print_queue()
+    if arguments.only in (None, "cost"):
+        print_cost()
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 
@@ -178,6 +187,36 @@ def print_queue() -> None:
           f"{result['median_abs_error_s']:,.0f} s, p90 {result['p90_abs_error_s']:,.0f} s; "
           f"the {result['waited']} that waited: median {result['waited_median_abs_error_s']:,.0f}"
           f" s, p90 {result['waited_p90_abs_error_s']:,.0f} s")
+
+
+
+def print_cost() -> None:
+    from benchmarks.scheduler_plan import NOW, build_snapshot
+    from scheduler import plan
+    from scheduler.queue_estimates import estimate_starts, queue_positions
+
+    print("\n| snapshot | one plan() (s) | estimate_starts (s) | ratio | jobs with a start "
+          "| preview of the 10th / median job (s) |\n|---|---|---|---|---|---|")
+    for name, sizes in (("small", (64, 200, 100)), ("base", (1024, 5000, 2000))):
+        snapshot = build_snapshot(*sizes, seed=1)
+        policy = Policy()
+        started = time.perf_counter()
+        plan(snapshot, NOW, policy)
+        plan_s = time.perf_counter() - started
+        started = time.perf_counter()
+        estimates = estimate_starts(snapshot, NOW, policy)
+        estimate_s = time.perf_counter() - started
+        found = sum(estimate.estimated_start is not None for estimate in estimates.values())
+        # The submit form's preview (`until_started`) for the 10th job of the queue and the middle one.
+        positions = queue_positions(snapshot, NOW, policy)
+        ranked = sorted(positions, key=positions.get)
+        preview_s = []
+        for job_id in (ranked[9], ranked[len(ranked) // 2]):
+            started = time.perf_counter()
+            estimate_starts(snapshot, NOW, policy, until_started=job_id)
+            preview_s.append(time.perf_counter() - started)
+        print(f"| {name} {sizes} | {plan_s:.3f} | {estimate_s:.2f} | {estimate_s / plan_s:.0f}x "
+              f"| {found:,} of {len(estimates):,} | {preview_s[0]:.2f} / {preview_s[1]:.2f} |")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ class EventType(models.TextChoices):
     RUN_CHECKPOINTED = "run.checkpointed", "Run checkpointed"
     RUN_FAILED = "run.failed", "Run failed"
     RUN_ANOMALY = "run.anomaly", "Run stopped for an anomaly"
+    RUN_PREEMPTED = "run.preempted", "Run stopped for a higher-priority job"
     QUOTA_WARNING = "quota.warning", "Team quota 80 % used"
     QUOTA_EXHAUSTED = "quota.exhausted", "Team quota used up"
     JOB_WAITING = "job.waiting", "Job waiting in the queue"

@@ -32,6 +32,7 @@ RUN_EVENTS = frozenset(
         EventType.RUN_FINISHED,
         EventType.RUN_CHECKPOINTED,
         EventType.RUN_FAILED,
+        EventType.RUN_PREEMPTED,
     }
 )
 DELIVER_NOTICE_TASK = "notifications.deliver_notice"  # notifications.tasks.deliver_notice

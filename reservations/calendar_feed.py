@@ -13,6 +13,7 @@ spring-forward skips and the hour a fall-back repeats are marked with their own 
 import dataclasses
 import datetime as dt
 import zoneinfo
+from collections.abc import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
@@ -23,6 +24,11 @@ from reservations import selectors
 from reservations.models import Membership, Reservation, ReservationGpu, Team
 
 UTC = dt.UTC
+# More about the bookings a viewer sees in full, from apps reservations may not import
+# (DESIGN.md): training registers the job each booking will run (training/apps.py). Each
+# provider takes the feed's range (start=, end=) and returns {reservation id: {"label": text
+# for the title, **props}} for the bookings in it; the feed keeps only those it shows in full.
+booking_details: list[Callable[..., dict[int, dict]]] = []
 # Team colours: dark enough for white text (WCAG AA contrast ≥ 4.5:1 against #fff).
 TEAM_PALETTE_SIZE = 8
 MAX_FEED_RANGE = dt.timedelta(days=42)
@@ -95,8 +101,8 @@ def calendar_feed(
 
     Who sees what: the viewer's own bookings and their teams' in full (who, note, status);
     other teams' bookings only as busy time with the team's name. Admins see everything.
-    Four queries at most: memberships, GPUs, booked rows, maintenance (+ its GPU list when
-    some window lists GPUs).
+    Five queries at most: memberships, GPUs, booked rows, the jobs of the bookings shown in
+    full (`booking_details`), maintenance (+ its GPU list when some window lists GPUs).
     """
     is_admin = user.is_superuser
     team_ids = set() if is_admin else _viewer_team_ids(user)
@@ -187,6 +193,14 @@ def calendar_feed(
         }
         by_reservation[reservation_id] = event
         events.append(event)
+    shown_in_full = {rid for rid, event in by_reservation.items() if event["extendedProps"]["kind"] == "booking"}
+    for provider in booking_details if shown_in_full else ():  # query: one per provider
+        for reservation_id, details in provider(start=start, end=end).items():
+            if reservation_id not in shown_in_full:
+                continue  # another team's booking stays anonymous busy time
+            event = by_reservation[reservation_id]
+            event["title"] += f" · {details['label']}"
+            event["extendedProps"].update({key: value for key, value in details.items() if key != "label"})
 
     windows = list(  # query: maintenance windows overlapping the range
         MaintenanceWindow.objects.filter(start__lt=end, end__gt=start).values_list(

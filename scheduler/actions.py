@@ -74,6 +74,9 @@ class Stop:
     reason: Reason
     grace_s: float
     kill_at: Instant
+    # PRIORITY_PREEMPTION only: the queued job the GPUs are freed for, so the stopped run's
+    # owner can be told who took them.
+    for_job_id: Id | None = None
 
 
 @dataclass(frozen=True, slots=True)

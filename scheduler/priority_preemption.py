@@ -214,6 +214,7 @@ def plan_priority_preemption(
                     reason=Reason.PRIORITY_PREEMPTION,
                     grace_s=grace_s,
                     kill_at=to_instant(now_s + grace_s),
+                    for_job_id=job.id,
                 )
             )
     stops.sort(key=lambda stop: stop.run_id)

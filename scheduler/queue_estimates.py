@@ -115,7 +115,11 @@ def estimate_starts(
     *,
     horizon_s: float = 14 * DAY_S,
     max_plans: int = 500,
+    until_started: Id | None = None,
 ) -> dict[Id, QueueEstimate]:
+    """`until_started`: stop rolling forward once that job has started (the submit form's
+    preview needs one job's start; later plans cannot change it). Other jobs' estimates are
+    then only those found by that time."""
     now_s = to_seconds(now)
     to_instant = converter_like(now)
     positions = queue_positions(snapshot, now_s, policy)
@@ -185,7 +189,7 @@ def estimate_starts(
             elif isinstance(action, Release):
                 reservations.pop(action.reservation_id, None)
                 reservations_tuple = tuple(reservations.values())
-        if not queued:
+        if not queued or until_started in started_at:
             break
         upcoming = [end_s for end_s in ends.values() if end_s > t]
         upcoming += [

@@ -4,8 +4,9 @@ from rest_framework.routers import SimpleRouter
 from training import api, registry_api
 
 router = SimpleRouter()
-router.register("jobs", api.JobViewSet, basename="job")
-router.register("runs", api.RunViewSet, basename="run")
+# Named api-*: the pages own "job-detail" and "run-detail" ({% url %} in templates).
+router.register("jobs", api.JobViewSet, basename="api-job")
+router.register("runs", api.RunViewSet, basename="api-run")
 
 urlpatterns = [
     path("runs/<int:pk>/report/", api.RunReportView.as_view(), name="run-report"),

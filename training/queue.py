@@ -3,15 +3,21 @@
 The figures come from the scheduler's own `plan()` rolled forward over the known bookings and
 the running jobs' estimates (`scheduler.estimate_starts`, like Slurm's `squeue --start`). The
 scheduler stores them on the job rows, so pages, the API and the CLI read a row instead of
-re-planning per request.
+re-planning per request. The submit form's preview (`queue_estimate_preview`) runs the same
+rule once for a spec not yet submitted.
 """
 
+import dataclasses
 import datetime as dt
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.db.models import Q
 
 import scheduler
+from training import services
 from training.models import TrainingJob
 from training.snapshot import build_snapshot
 
@@ -42,3 +48,36 @@ def queue_estimates_refresh(*, now: dt.datetime, policy: scheduler.Policy) -> in
         job.estimated_at = now
     TrainingJob.objects.bulk_update(jobs, FIELDS, batch_size=500)
     return len(jobs)
+
+
+@dataclasses.dataclass(frozen=True)
+class StartPreview:
+    job: TrainingJob  # the row job_submit would make (rolled back: no pk to link to)
+    position: int | None  # None for a job that runs in a booking
+    estimated_start: dt.datetime | None
+    wait_reason: str
+
+
+def queue_estimate_preview(
+    *, user: AbstractBaseUser, document: Any, reservation_id: int | None, now: dt.datetime, policy: scheduler.Policy
+) -> StartPreview:
+    """What the queue would say about this spec if it were submitted now (the submit form shows
+    it before submitting). The job is submitted for real inside a transaction that is rolled
+    back, so the figures are the very rule the scheduler stores each tick (build_snapshot →
+    scheduler.estimate_starts) applied to the very row job_submit would make, with its
+    validation and its runtime prediction. Raises what job_submit raises."""
+    with transaction.atomic():
+        job = services.job_submit(user=user, document=document, reservation_id=reservation_id, now=now)
+        estimate = None
+        if job.reservation_id is None:
+            snapshot = build_snapshot(now=now, policy=policy)
+            estimate = scheduler.estimate_starts(snapshot, now, policy, until_started=job.pk).get(job.pk)
+        booking = job.reservation
+        transaction.set_rollback(True)
+    if booking is not None:
+        return StartPreview(job=job, position=None, estimated_start=max(booking.start, now), wait_reason="")
+    return StartPreview(
+        job=job, position=estimate.position if estimate else None,
+        estimated_start=estimate.estimated_start if estimate else None,
+        wait_reason=estimate.wait_reason.sentence if estimate else "",
+    )

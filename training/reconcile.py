@@ -47,6 +47,7 @@ from training.models import Run, TrainingJob, WaitingFor
 from training.queue import queue_estimates_refresh
 from training.run_state import (
     notify_run,
+    preemption_reason,
     run_end,
     run_final_state,
     run_handle,
@@ -203,8 +204,15 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
         if run is not None:
             _launch(run, executor=executor, now=now, report=report)
     elif isinstance(action, scheduler.Stop):
-        if run_request_stop(run_id=action.run_id, now=now, kill_at=action.kill_at, reason=action.reason.sentence):
-            run = Run.objects.get(pk=action.run_id)
+        preempted = action.reason == scheduler.Reason.PRIORITY_PREEMPTION and action.for_job_id is not None
+        reason = action.reason.sentence
+        if preempted:
+            victim_team = Run.objects.filter(pk=action.run_id).values_list("job__team_id", flat=True).first()
+            reason = preemption_reason(for_job_id=action.for_job_id, victim_team_id=victim_team)
+        if run_request_stop(run_id=action.run_id, now=now, kill_at=action.kill_at, reason=reason):
+            run = Run.objects.select_related("job").get(pk=action.run_id)
+            if preempted:  # its owner hears why at once, not only when the checkpoint lands
+                notify_run(run, EventType.RUN_PREEMPTED, now=now, reason=reason)
             handle = run_handle(run)
             if handle is not None:  # else it never started; repair stops it once its handle is known
                 executor.stop(handle, int(action.grace_s))

@@ -20,6 +20,7 @@ from pathlib import Path
 from django.db import transaction
 from django.db.models import F
 
+import scheduler
 from notifications import services as notices
 from notifications.models import EventType
 from training.executors.base import Handle, ObservedRun, RunState
@@ -55,6 +56,18 @@ def run_request_stop(
             state=Run.State.STOPPING, stop_requested_at=now, kill_at=kill_at, reason=reason[:500]
         )
     )
+
+
+def preemption_reason(*, for_job_id: int, victim_team_id: int) -> str:
+    """Why a backfill run is stopped by priority preemption, naming the job that takes its GPUs.
+    A job of another team is named by its priority and team only, as the queue page shows it."""
+    taker = TrainingJob.objects.select_related("team").filter(pk=for_job_id).first()
+    if taker is None:  # cancelled meanwhile: the plan's general sentence is all there is
+        return scheduler.Reason.PRIORITY_PREEMPTION.sentence
+    article = "an" if taker.priority == scheduler.Priority.URGENT else "a"
+    who = (f"the {taker.priority} job “{taker.name}” (#{taker.pk})" if taker.team_id == victim_team_id
+           else f"{article} {taker.priority} job of team {taker.team.name}")
+    return f"Stopped to make room for {who}; it checkpoints and is queued again to resume."
 
 
 def run_stop_sent(*, run: Run, now: dt.datetime) -> None:

@@ -1,3 +1,5 @@
+import datetime as dt
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import F, QuerySet
 
@@ -10,6 +12,28 @@ def jobs_visible_to(*, user: AbstractBaseUser) -> QuerySet[TrainingJob]:
     if user.is_superuser:
         return jobs
     return jobs.filter(team__in=Team.objects.filter(memberships__user=user))
+
+
+
+def _booking_jobs() -> QuerySet[TrainingJob]:
+    """The rule for the job a booking will run (or runs): its first unfinished attached job by
+    submit time, the one training.snapshot hands plan() for that booking."""
+    return TrainingJob.objects.exclude(state__in=TrainingJob.FINISHED).order_by("reservation_id", "submitted_at", "pk")
+
+
+def booking_job(*, reservation_id: int) -> TrainingJob | None:
+    return _booking_jobs().filter(reservation_id=reservation_id).select_related("user").first()
+
+
+def booking_job_details(*, start: dt.datetime, end: dt.datetime) -> dict[int, dict]:
+    """For the calendar feed (reservations.calendar_feed.booking_details): the job of each
+    booking overlapping [start, end), named in its title. One query over the unfinished jobs
+    attached to those bookings; the feed shows them only on bookings the viewer sees in full."""
+    details: dict[int, dict] = {}
+    rows = _booking_jobs().filter(reservation__start__lt=end, reservation__end__gt=start)
+    for reservation_id, job_id, name in rows.values_list("reservation_id", "pk", "name"):
+        details.setdefault(reservation_id, {"label": f"job {name}", "job": {"id": job_id, "name": name}})
+    return details
 
 
 def runs_visible_to(*, user: AbstractBaseUser) -> QuerySet[Run]:

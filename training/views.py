@@ -12,14 +12,17 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import trigger_client_event
 
 import scheduler
-from config.errors import DomainError
+from config.errors import DomainError, ErrorCode
 from reservations.models import Reservation
 from reservations.selectors import reservations_visible_to
 from training import advice, selectors, services, tuning
 from training.execution import executor_from_settings
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
+from training.queue import queue_estimate_preview
+from training.reconcile import policy_from_settings
 from training.run_state import run_handle
 from training.runtime import duration_words
 
@@ -79,7 +82,8 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     upcoming = reservations_visible_to(user=request.user).filter(
         status__in=Reservation.UPCOMING_OR_ACTIVE, end__gt=timezone.now()
     ).select_related("node")[:50]
-    return render(request, "training/jobs.html", {
+    estimate = _start_estimate(request) if request.method == "POST" and not error else {}
+    return render(request, "training/jobs.html", {**estimate,
         "nav": "jobs", "rows": rows, "error": error, "upcoming": upcoming,
         "spec_yaml": request.POST.get("spec_yaml", _tuned_spec_text(request) or EXAMPLE_SPEC),
         "batch_advice": batch_advice,
@@ -118,6 +122,32 @@ resources: {gpu: 1}
 priority: medium
 estimated_duration: 15m
 """
+
+
+def _start_estimate(request: HttpRequest) -> dict:
+    """The submit form's estimate for the spec as typed: when it would start and for how long it
+    would run (training.queue.queue_estimate_preview: the scheduler's stored-estimate rule)."""
+    now = timezone.now()
+    reservation = request.POST.get("reservation") or None
+    try:
+        preview = queue_estimate_preview(
+            user=request.user, document=services.job_spec_from_text(text=request.POST.get("spec_yaml", "")),
+            reservation_id=int(reservation) if reservation else None, now=now, policy=policy_from_settings(),
+        )
+    except (DomainError, ValueError) as problem:
+        return {"estimate_problem": getattr(problem, "detail", "Choose a booking from the list.")}
+    job = preview.job
+    wait_s = (preview.estimated_start - now).total_seconds() if preview.estimated_start else 0
+    return {"estimate": preview, "runtime_words": duration_words(
+        job.predicted_duration_s or scheduler.DEFAULT_POLICY.default_estimate_s
+    ), "wait_words": duration_words(wait_s) if wait_s >= 60 else ""}
+
+
+@login_required
+@require_POST
+def job_estimate(request: HttpRequest) -> HttpResponse:
+    """The submit form's estimate, refreshed by htmx as the spec or the booking changes."""
+    return render(request, "training/_start_estimate.html", _start_estimate(request))
 
 
 @login_required
@@ -169,6 +199,52 @@ def job_attach(request: HttpRequest, job_id: int) -> HttpResponse:
         messages.success(request, f"Job attached to booking #{reservation}." if reservation
                          else "Job detached: it waits for idle GPUs (backfill).")
     return redirect("job-detail", job_id=job.pk)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def booking_job(request: HttpRequest, reservation_id: int) -> HttpResponse:
+    """A booking's job, in the calendar's booking panel: which job it will run, and attaching a
+    waiting job of the team to it or detaching its job (the same service as the job page).
+    Only bookings the viewer may see in full (their teams'), like the panel itself."""
+    reservation = get_object_or_404(
+        reservations_visible_to(user=request.user).select_related("team", "node"), pk=reservation_id
+    )
+    error = done = None
+    if request.method == "POST":
+        attach = request.POST.get("action") == "attach"
+        try:
+            job = _job_or_404(request, int(request.POST.get("job") or ""))
+            if not attach and job.reservation_id != reservation.pk:
+                raise DomainError(ErrorCode.NOT_WAITING, f"Job “{job.name}” is not attached to this booking.")
+            services.job_attach(job_id=job.pk, reservation_id=reservation.pk if attach else None,
+                                actor=request.user, now=timezone.now())
+        except (DomainError, ValueError) as problem:
+            error = getattr(problem, "detail", "Choose a job from the list.")
+        else:
+            done = (f"Job “{job.name}” will run in this booking." if attach
+                    else f"Job “{job.name}” detached: it waits for idle GPUs (backfill).")
+            if not request.htmx:
+                messages.success(request, done)
+                return redirect("booking-detail", reservation.pk)
+    now = timezone.now()
+    booked_job = selectors.booking_job(reservation_id=reservation.pk)
+    live = reservation.status in Reservation.UPCOMING_OR_ACTIVE and reservation.end > now
+    waiting = []
+    if live:  # the team's waiting jobs that may move here (job_attach decides again on submit)
+        waiting = list(
+            selectors.jobs_visible_to(user=request.user)
+            .filter(team=reservation.team, state=TrainingJob.State.QUEUED, gpus_needed__lte=reservation.gpu_count)
+            .exclude(reservation=reservation).order_by("submitted_at", "pk")[:50]
+        )
+    context = {"reservation": reservation, "job": booked_job, "waiting": waiting, "live": live,
+               "error": error, "done": done, "nav": "mine"}
+    if not request.htmx:
+        return render(request, "training/booking_job.html", context, status=400 if error else 200)
+    response = render(request, "training/_booking_job.html", context)
+    if done:  # the calendar redraws the booking, now titled with its job
+        trigger_client_event(response, "reservations-changed", {"reservation": reservation.pk})
+    return response
 
 
 @login_required

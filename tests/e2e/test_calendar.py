@@ -181,6 +181,31 @@ def test_click_own_booking_and_cancel_it(open_page, live_server, world, screensh
     assert mine.status == Reservation.Status.CANCELLED
 
 
+
+def test_attach_a_waiting_job_in_the_booking_panel_then_detach_it(open_page, live_server, world):
+    from tests.factories import make_job
+
+    evening = book(world["owner"], world["vision"], world["a"][1:2], at(world["day"], 19), 2, "evening run")
+    job = make_job(user=world["owner"], team=world["vision"], submitted_at=timezone.now(), name="shapes-yolo")
+    page = open_page("alice")
+    open_day(page, live_server, world["day"])
+    event = page.locator(".ec-event", has_text="You · vision · evening run")
+    event.scroll_into_view_if_needed()
+    event.click()
+    section = page.locator("#panel #booking-job")
+    expect(section).to_contain_text("No job attached")
+    section.get_by_label("Run here").select_option(label="shapes-yolo · alice · 1 GPU")
+    section.get_by_role("button", name="Attach").click()
+    expect(section).to_contain_text("Runs shapes-yolo")
+    expect(page.locator(".ec-event", has_text="evening run · job shapes-yolo")).to_have_count(1)  # the grid names it
+    job.refresh_from_db()
+    assert job.reservation_id == evening.pk
+    section.get_by_role("button", name="Detach").click()
+    expect(section).to_contain_text("No job attached")
+    job.refresh_from_db()
+    assert job.reservation_id is None
+
+
 def test_book_and_cancel_without_javascript_by_keyboard(open_page, live_server, world, screenshots):
     page = open_page("alice", javascript=False)
     page.get_by_role("link", name="Book a slot", exact=True).click()

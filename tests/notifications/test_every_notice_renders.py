@@ -10,6 +10,7 @@ import types
 import pytest
 from django.utils import timezone
 
+import scheduler
 from notifications.models import EventType, Notice
 from notifications.services import notices_schedule_reminders
 from notifications.transports.email import render_email
@@ -18,6 +19,7 @@ from reservations import approvals, waitlist
 from reservations import services as bookings
 from reservations.models import Membership, Reservation, Team
 from tests.factories import fill_samples, make_job, make_reservation, make_run
+from tests.fakes.executor import FakeExecutor
 from training import reconcile, run_state, watchdog
 from training.models import Run
 
@@ -67,6 +69,15 @@ def produce_every_event(people, inventory, future_day, settings):
         other = make_run(job=make_job(user=owner, team=vision, submitted_at=now, state="running"),
                          gpus=inventory["a"][2:3], started_at=now - H)
         run_state.run_end(other, state=state, reason=f"ended {state}", exit_code=0, now=now)
+    # run.preempted: reconcile applies the plan's priority-preemption stop to a backfill run
+    victim = make_run(job=make_job(user=owner, team=vision, submitted_at=now - 2 * H, state="running", priority="low"),
+                      gpus=inventory["a"][2:3], started_at=now - H, kind=Run.Kind.BACKFILL)
+    taker = make_job(user=owner, team=vision, submitted_at=now, priority="urgent", name="hotfix <b>")
+    reconcile.apply_action(
+        scheduler.Stop(run_id=victim.pk, reason=scheduler.Reason.PRIORITY_PREEMPTION, grace_s=60,
+                       kill_at=now + MIN, for_job_id=taker.pk),
+        executor=FakeExecutor(), now=now, report=reconcile.TickReport(),
+    )
     job_waiting = make_job(user=owner, team=vision, submitted_at=now - 5 * H, name="waits")
     reconcile.notify_progress(now=now, policy=types.SimpleNamespace(grace_s=60))
 

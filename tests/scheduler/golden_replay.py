@@ -35,8 +35,16 @@ def _plain(value):
     return value
 
 
+# Action fields added after the log was recorded: left out while they hold their default, so
+# the log still compares decisions (Stop.for_job_id names the job a priority preemption is for).
+ADDED_AFTER_RECORDING = frozenset({"for_job_id"})
+
+
 def action_row(at_s: float, action) -> list:
-    fields = {field.name: _plain(getattr(action, field.name)) for field in dataclasses.fields(action)}
+    fields = {
+        field.name: _plain(getattr(action, field.name)) for field in dataclasses.fields(action)
+        if not (field.name in ADDED_AFTER_RECORDING and getattr(action, field.name) == field.default)
+    }
     return [at_s, type(action).__name__, fields]
 
 

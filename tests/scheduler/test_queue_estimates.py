@@ -123,3 +123,29 @@ def test_with_exact_runtimes_and_no_later_submissions_the_estimate_is_what_happe
     assert sorted(seen) == [sim_job.id for sim_job in jobs]
     for sim_job in jobs:
         assert seen[sim_job.id].estimated_start == result.jobs[sim_job.id].first_start_s, sim_job
+
+
+def test_stopping_once_a_job_has_started_gives_that_job_the_same_estimate():
+    """The submit form's preview rolls forward only until the draft starts
+    (`until_started`): later plans cannot change a start already found."""
+    import random
+
+    rng = random.Random(7)
+    state = snapshot(
+        gpus=gpus(nodes=2, per_node=8),
+        runs=tuple(
+            run(n, tuple(range(node * 100 + 4 * (n % 2), node * 100 + 4 * (n % 2) + 4)),
+                started_at=NOW - 600, estimated_end=NOW + rng.uniform(600, 7200))
+            for n, node in ((1, 0), (2, 0), (3, 1))
+        ),
+        reservations=(reservation(7, tuple(range(100, 108)), NOW + 5000, NOW + 9000, job_id=999),),
+        queued_jobs=tuple(
+            job(10 + n, rng.choice([1, 2, 4, 8]), submitted_at=NOW - 1000 + n, estimate_s=rng.uniform(300, 5400),
+                user=rng.choice(["alice", "bob", "carol"]))
+            for n in range(30)
+        ),
+    )
+    full = estimate_starts(state, NOW)
+    assert sum(estimate.estimated_start is not None for estimate in full.values()) > 20
+    for job_id in full:
+        assert estimate_starts(state, NOW, until_started=job_id)[job_id] == full[job_id], job_id

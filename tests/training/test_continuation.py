@@ -3,6 +3,7 @@ FakeExecutor: at slot end a checkpointed job is never left on its ended booking;
 decides where it goes, and it resumes from its checkpoint there."""
 
 import datetime as dt
+import json
 import sys
 
 import pytest
@@ -91,6 +92,31 @@ def test_next_booking_moves_the_job_and_it_resumes_from_its_checkpoint(world):
     tick(world, S + 3 * H + 10 * MIN)
     job.refresh_from_db()
     assert job.state == TrainingJob.State.SUCCEEDED
+
+
+
+def test_a_job_moves_through_three_bookings_resuming_each_time(world):
+    slots = [book(world, S + 3 * k * H, S + (3 * k + 1) * H, gpus=world["gpus"][k % 2:k % 2 + 1]) for k in range(3)]
+    job = submit(world, reservation=slots[0])
+    runs, checkpoint = [], None
+    for k, slot in enumerate(slots):
+        if k:
+            assert tick(world, slot.start - H).started == []  # idle GPUs in between: it waits for its booking
+        report = tick(world, slot.start)
+        run = Run.objects.get(job=job, state=Run.State.RUNNING)
+        assert report.started == [run.pk] and run.reservation_id == slot.pk and run.kind == Run.Kind.RESERVED
+        assert run.resumed_from == (checkpoint or "")
+        runs.append(run)
+        if k == len(slots) - 1:
+            break
+        _, checkpoint = end_first_slot_with_a_checkpoint(world, job, slot.end)
+        assert tick(world, slot.end).continued == {job.pk: slots[k + 1].pk}
+    world["fake"].finish(runs[-1].pk)
+    tick(world, slots[-1].start + 10 * MIN)
+    job.refresh_from_db()
+    assert job.state == TrainingJob.State.SUCCEEDED and job.reservation_id == slots[-1].pk
+    assert [run.state for run in Run.objects.filter(job=job).order_by("pk")] == [
+        Run.State.CHECKPOINTED, Run.State.CHECKPOINTED, Run.State.SUCCEEDED]
 
 
 def test_with_no_next_booking_it_waits_and_the_owners_new_booking_picks_it_up(world):
@@ -211,3 +237,52 @@ def test_attach_and_detach_on_the_job_page(world, client):
     assert client.post(f"/jobs/{job.pk}/attach/", {"reservation": later.pk}).status_code == 404
     job.refresh_from_db()
     assert job.reservation_id is None
+
+
+def test_attach_and_detach_from_the_booking_panel_in_the_calendar(world, client):
+    """The calendar's booking panel loads the booking's job section (htmx) from the training
+    side; attaching and detaching there goes through the job page's own service."""
+    from reservations.models import Team as TeamModel
+
+    soon = dt.datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + dt.timedelta(days=2)  # pages use the clock
+    booking = book(world, soon, soon + H)
+    job = submit(world)
+    htmx = {"HTTP_HX_REQUEST": "true"}
+    client.force_login(world["alice"])
+    panel = client.get(f"/reservations/{booking.pk}/", **htmx).content.decode()
+    assert f'hx-get="/reservations/{booking.pk}/job/"' in panel
+
+    section = client.get(f"/reservations/{booking.pk}/job/", **htmx).content.decode()
+    assert "No job attached" in section and f'<option value="{job.pk}">long · alice' in section
+    attached = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "attach"}, **htmx)
+    assert attached.status_code == 200 and "reservations-changed" in attached["HX-Trigger"]
+    job.refresh_from_db()
+    assert job.reservation_id == booking.pk
+    assert f'Runs <a href="/jobs/{job.pk}/">long</a>' in attached.content.decode()
+    assert f"booking #{booking.pk}" in client.get(f"/jobs/{job.pk}/").content.decode()  # the job page agrees
+    window = {"start": soon.isoformat(), "end": (soon + H).isoformat()}
+    (event,) = [event for event in client.get("/calendar/events.json", window).json()["events"]
+                if event["extendedProps"].get("reservation") == booking.pk]
+    assert event["title"].endswith(" · job long") and event["extendedProps"]["job"] == {"id": job.pk, "name": "long"}
+
+    detached = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"})  # no JavaScript
+    assert detached.status_code == 302 and detached["Location"] == f"/reservations/{booking.pk}/"
+    job.refresh_from_db()
+    assert job.reservation_id is None and job.waiting_for == WaitingFor.SLOT
+    refused = client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"}, **htmx)
+    assert "is not attached to this booking" in refused.content.decode()
+
+    # Another team sees neither the booking's job nor may attach its own jobs to it.
+    outsider = get_user_model().objects.create_user(username="carol")
+    nlp = TeamModel.objects.create(name="nlp", slug="nlp")
+    Membership.objects.create(team=nlp, user=outsider)
+    client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "attach"}, **htmx)
+    client.force_login(outsider)
+    assert client.get(f"/reservations/{booking.pk}/job/", **htmx).status_code == 404
+    assert client.post(f"/reservations/{booking.pk}/job/", {"job": job.pk, "action": "detach"}).status_code == 404
+    job.refresh_from_db()
+    assert job.reservation_id == booking.pk
+    feed = client.get("/calendar/events.json", window).json()
+    (busy,) = [event for event in feed["events"] if event["extendedProps"].get("kind") == "busy"]
+    assert "long" not in json.dumps(busy)
+    assert busy["id"] != f"r{booking.pk}" and "reservation" not in busy["extendedProps"]

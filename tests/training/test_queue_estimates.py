@@ -76,6 +76,54 @@ def test_api_job_page_and_queue_page_show_the_estimate_anonymised_for_others(wor
     assert TrainingJob.objects.filter(state=TrainingJob.State.QUEUED).count() == 1
 
 
+
+def test_the_submit_form_shows_the_estimate_the_scheduler_then_stores(world):  # noqa: F811
+    """The preview runs the stored-estimate rule for the spec as typed; submitting it and the
+    next tick store the same start. Nothing is written by the preview."""
+    import yaml
+    from django.utils import timezone
+
+    now = timezone.now().replace(microsecond=0)  # pages read the clock
+    submit(world, whole_node("first", "60m"), now=now)
+    tick(world, now)  # the first job holds both GPUs for its hour
+    draft = yaml.safe_dump(whole_node("draft", "30m"))
+    client = client_for(world["user"])
+    jobs_before = TrainingJob.objects.count()
+    shown = client.post("/jobs/estimate/", {"spec_yaml": draft, "reservation": ""}, HTTP_HX_REQUEST="true")
+    assert shown.status_code == 200 and TrainingJob.objects.count() == jobs_before
+    text = " ".join(shown.content.decode().split())
+    local = timezone.localtime(now + H, timezone.get_current_timezone())
+    assert f"Estimated start: <strong>{local:%a} {local.day} {local:%b %H:%M}</strong> (in 59 min" in text \
+        or f"Estimated start: <strong>{local:%a} {local.day} {local:%b %H:%M}</strong> (in 1 h 00 min" in text
+    assert "position 1 in the queue" in text and "Predicted runtime: <strong>30 min</strong> (your estimate)" in text
+
+    # Without JavaScript the "check" button shows it too; a broken spec says why there is none.
+    page = client.post("/jobs/", {"spec_yaml": draft, "reservation": "", "action": "check"}).content.decode()
+    assert "position 1 in the queue" in page
+    broken = client.post("/jobs/estimate/", {"spec_yaml": "task_name: [", "reservation": ""}).content.decode()
+    assert "No estimate yet" in broken
+
+    job = submit(world, whole_node("draft", "30m"), now=now)
+    tick(world, now + dt.timedelta(seconds=1))
+    job.refresh_from_db()
+    assert job.estimated_start == now + H and job.queue_position == 1
+
+
+def test_the_submit_form_estimate_for_a_booking_is_its_start(world):  # noqa: F811
+    import yaml
+    from django.utils import timezone
+
+    from tests.training.test_reconcile_ticks import book
+
+    soon = timezone.now().replace(minute=0, second=0, microsecond=0) + dt.timedelta(days=1)
+    booking = book(world, soon, soon + H)
+    shown = client_for(world["user"]).post(
+        "/jobs/estimate/", {"spec_yaml": yaml.safe_dump(command_spec("draft")), "reservation": booking.pk}
+    ).content.decode()
+    assert f"Starts with booking #{booking.pk}" in shown and "(in 2" in shown
+    assert "no history and no estimate: the scheduler&#x27;s default" in shown or "scheduler's default" in shown
+
+
 # --- runtime prediction (training/runtime.py) -------------------------------------------------
 def finish(world, job, hours):  # noqa: F811
     """Record `job` as having run `hours` and succeeded, as reconcile would."""

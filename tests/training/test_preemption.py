@@ -1,0 +1,90 @@
+"""Priority preemption through reconcile (issue #18 item 3), tick by tick with an injected
+clock and the in-memory FakeExecutor: an urgent job that cannot start stops a low-priority
+backfill run that has run its minimum time; the stopped job is queued again with its
+checkpoint, and its owner is told at once which job took the GPUs — another team's job only
+by its priority and team, as the queue page shows it."""
+
+import datetime as dt
+import sys
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from gpus.models import Gpu, Node
+from notifications.models import EventType, Notice
+from reservations.models import Membership, Team
+from tests.fakes.executor import FakeExecutor
+from training.models import Run, TrainingImage, TrainingJob
+from training.reconcile import reconcile
+from training.services import job_submit
+
+UTC = dt.UTC
+MIN = dt.timedelta(minutes=1)
+S = dt.datetime(2031, 3, 3, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def world(db, tmp_path, settings):
+    settings.GPUBOOK_RUNS_DIR = tmp_path / "runs"
+    settings.GPUBOOK_STOP_GRACE_SECONDS = 60
+    TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
+    node = Node.objects.create(name="ws-1")
+    for index in range(2):
+        Gpu.objects.create(node=node, index=index, model_name="RTX 4090", memory_mib=24564)
+    teams = {slug: Team.objects.create(name=slug, slug=slug, monthly_gpu_hours=1000) for slug in ("vision", "nlp")}
+    people = {}
+    for name, slug in (("alice", "vision"), ("dave", "vision"), ("bob", "nlp")):
+        people[name] = get_user_model().objects.create_user(username=name, email=f"{name}@example.org")
+        Membership.objects.create(team=teams[slug], user=people[name])
+    return {"fake": FakeExecutor(), **people}
+
+
+def submit(world, who, name, *, team, priority, at):
+    document = {"task_name": name, "image": "yolo:v8n-cu118", "team": team, "resources": {"gpu": 2},
+                "command": [sys.executable, "-c", "pass"], "checkpointable": True, "priority": priority}
+    return job_submit(user=world[who], document=document, now=at)
+
+
+def tick(world, now):
+    report = reconcile(now=now, executor=world["fake"])
+    assert not report.skipped and not report.errors, report.errors
+    return report
+
+
+def preempted_notices():
+    return list(Notice.objects.filter(event_type=EventType.RUN_PREEMPTED))
+
+
+@pytest.mark.parametrize(("taker", "team", "named"), [
+    ("bob", "nlp", "an urgent job of team nlp"),
+    ("dave", "vision", "the urgent job “hotfix” (#{id})"),
+])
+def test_an_urgent_job_preempts_a_low_backfill_run_and_its_owner_is_told_why(world, taker, team, named):
+    low = submit(world, "alice", "sweep", team="vision", priority="low", at=S - MIN)
+    tick(world, S)
+    (run,) = Run.objects.filter(job=low, state=Run.State.RUNNING)
+    assert run.kind == Run.Kind.BACKFILL
+
+    urgent = submit(world, taker, "hotfix", team=team, priority="urgent", at=S + 5 * MIN)
+    assert tick(world, S + 10 * MIN).stopped == []  # the low run has not had its 15 minutes yet
+    assert preempted_notices() == []
+
+    report = tick(world, S + 15 * MIN)
+    assert report.stopped == [run.pk]
+    run.refresh_from_db()
+    reason = named.format(id=urgent.pk)
+    assert run.state == Run.State.STOPPING and reason in run.reason
+    (notice,) = preempted_notices()
+    assert notice.payload["job"] == {"id": low.pk, "name": "sweep"} and reason in notice.payload["reason"]
+    assert list(notice.deliveries.values_list("user__username", flat=True)) == ["alice"]
+    if team != "vision":  # another team's job name never reaches this team
+        assert "hotfix" not in str(notice.payload) and f"#{urgent.pk}" not in notice.payload["reason"]
+
+    checkpoint = world["fake"].checkpoint(run.pk, epoch=3)
+    tick(world, S + 16 * MIN)
+    low.refresh_from_db()
+    assert low.state == TrainingJob.State.QUEUED and low.checkpoint_path == str(checkpoint)
+    assert low.times_preempted == 1
+    tick(world, S + 17 * MIN)
+    assert Run.objects.get(job=urgent).state in Run.LIVE
+    assert len(preempted_notices()) == 1  # told once, though reconcile ticks on
