@@ -70,6 +70,15 @@ class RunViewSetSchema(OpenApiViewExtension):
         })}))
 
 
+class ModelVersionsSchema(OpenApiViewExtension):
+    """Its GET lists one model's versions: named apart from the models list's `models_list`."""
+
+    target_class = "training.registry_api.ModelVersionsView"
+
+    def view_replacement(self):
+        return _replace(self.target_class, get=extend_schema(operation_id="models_versions_list"))
+
+
 class RunReportSchema(OpenApiViewExtension):
     target_class = "training.api.RunReportView"
 
@@ -90,23 +99,49 @@ class RunReportSchema(OpenApiViewExtension):
 
 # --- the postprocessing hook -------------------------------------------------------------------
 
-ERROR_SCHEMA = {
-    "type": "object",
-    "description": "Every API error: a machine code, a sentence for people, and details where they help "
-                   "(`conflicts` for a slot conflict, `problems` for a job spec, `fields` for invalid input).",
-    "properties": {
-        "code": {"type": "string", "example": "slot_conflict"},
-        "detail": {"type": "string", "example": "The requested time collides with 1 existing booking(s): …"},
-        "conflicts": {"type": "array", "items": {"type": "object"}},
-        "problems": {"type": "array", "items": {
-            "type": "object", "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
-            "required": ["field", "problem"],
-        }},
-        "fields": {"type": "object"},
-    },
-    "required": ["code", "detail"],
-    "additionalProperties": True,
-}
+GPU_HOURS = {"type": "number", "format": "double", "minimum": 0}
+
+
+def _error_schema() -> dict:
+    """Every field an error may carry (config/errors.py and config/api_errors.py raise them), so
+    a generated client keeps none of them as undeclared extras; other fields never appear."""
+    from config.errors import ErrorCode
+
+    return {
+        "type": "object",
+        "description": "Every API error: a machine code, a sentence for people, and details where they help.",
+        "properties": {
+            "code": {"type": "string", "enum": [code.value for code in ErrorCode], "example": "slot_conflict"},
+            "detail": {"type": "string", "example": "The requested time collides with 1 existing booking(s): …"},
+            "conflicts": {"type": "array", "description": "slot_conflict: the bookings in the way; other teams' "
+                          "only as time and GPUs", "items": {
+                "type": "object", "additionalProperties": False, "required": ["start", "end", "gpus"],
+                "properties": {
+                    "start": DATE_TIME, "end": DATE_TIME,
+                    "gpus": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_ID}},
+                    "reservation": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                    "team": {"type": "string"}, "user": {"type": "string"},
+                },
+            }},
+            "problems": {"type": "array", "description": "invalid_spec: every problem of a job spec", "items": {
+                "type": "object", "additionalProperties": False, "required": ["field", "problem"],
+                "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
+            }},
+            "fields": {"type": "object", "description": "invalid: the messages by field, as a list of sentences or, "
+                       "for a nested field, an object of the same shape", "additionalProperties": {}},
+            "gpus": {"type": "array", "description": "unknown_gpu: the GPU ids that do not exist",
+                     "items": {"type": "integer"}},
+            "month": {"type": "string", "description": "quota_exceeded: the month (YYYY-MM) in the team's zone"},
+            "day": {"type": "string", "format": "date", "description": "daily_cap_exceeded: the day"},
+            "remaining_gpu_hours": GPU_HOURS, "requested_gpu_hours": GPU_HOURS, "backfill_gpu_hours": GPU_HOURS,
+            "quota_gpu_hours": {"type": "integer", "minimum": 0},
+            "retry_after_s": {"type": "integer", "minimum": 0, "description": "busy, rate_limited: when to retry"},
+        },
+        "required": ["code", "detail"],
+        "additionalProperties": False,
+    }
+
+
 ERROR_DESCRIPTIONS = {
     "400": "Invalid input", "401": "Not authenticated", "403": "Not permitted", "404": "Not found",
     "409": "Conflict: the slot is taken, the quota is exhausted, or the state does not allow it",
@@ -128,7 +163,7 @@ def _query_enums() -> dict[tuple[str, str], list[str]]:
 def postprocess(result, generator, request, public):
     """Add what inference cannot know; see the module docstring."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
-    schemas["Error"] = ERROR_SCHEMA
+    schemas["Error"] = _error_schema()
     result["components"].setdefault("securitySchemes", {})["runToken"] = {
         "type": "http", "scheme": "bearer", "description": "The per-run token the runner is given.",
     }
@@ -151,11 +186,29 @@ def postprocess(result, generator, request, public):
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
     for name, schema in schemas.items():
-        # A response object always carries every field it declares; request shapes keep their own list.
-        if name == "Error" or name.endswith("Request") or name.startswith("Patched") or "properties" not in schema:
+        if name == "Error" or "properties" not in schema:
             continue
-        schema["required"] = sorted(schema["properties"])
+        for field, field_schema in schema["properties"].items():
+            _tighten_id(field, field_schema)
+        # A response object always carries every field it declares; request shapes keep their own list.
+        if not (name.endswith("Request") or name.startswith("Patched")):
+            schema["required"] = sorted(schema["properties"])
     return result
+
+
+ID_FIELDS = {"id", "gpu", "gpus", "team", "node", "job", "run", "reservation"}
+
+
+def _tighten_id(field: str, schema: dict) -> None:
+    """Database ids, in requests and responses alike, are 1 … 2**63-1; counts are never negative."""
+    target = schema.get("items", {}) if schema.get("type") == "array" else schema
+    if target.get("type") != "integer":
+        return
+    if field in ID_FIELDS or field.endswith("_id"):
+        target.setdefault("minimum", 1)
+        target.setdefault("maximum", MAX_ID)
+    elif field == "count":
+        target.setdefault("minimum", 0)
 
 
 def _tighten_parameter(path: str, parameter: dict, enums: dict) -> None:
