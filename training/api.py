@@ -76,7 +76,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(JobSerializer(job).data)
 
     @extend_schema(responses={200: RunBriefSerializer(many=True)})
-    @action(detail=True)
+    @action(detail=True, pagination_class=None)  # a job's runs are few: a plain list (the schema says so)
     def runs(self, request, pk=None):
         job = self.get_object()
         return Response(RunBriefSerializer(job.runs.all(), many=True).data)
