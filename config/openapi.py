@@ -70,6 +70,21 @@ class RunViewSetSchema(OpenApiViewExtension):
         })}))
 
 
+class ReservationViewSetSchema(OpenApiViewExtension):
+    """A rejection needs a reason (reservations/approvals.py): required, not blank, at most
+    REASON_MAX characters once its runs of white space are collapsed."""
+
+    target_class = "reservations.api.ReservationViewSet"
+
+    def view_replacement(self):
+        from reservations.approvals import REASON_MAX
+
+        reason = serializers.RegexField(r"\S", max_length=REASON_MAX, help_text="Why; the booker reads it.")
+        return _replace(self.target_class, reject=extend_schema(request=inline_serializer("Rejection", {
+            "reason": reason,
+        })))
+
+
 class ModelVersionsSchema(OpenApiViewExtension):
     """Its GET lists one model's versions: named apart from the models list's `models_list`."""
 
@@ -185,6 +200,7 @@ def postprocess(result, generator, request, public):
                     "description": ERROR_DESCRIPTIONS[status],
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
+    _exact_request_bodies(schemas)
     for name, schema in schemas.items():
         if name == "Error" or "properties" not in schema:
             continue
@@ -194,6 +210,20 @@ def postprocess(result, generator, request, public):
         if not (name.endswith("Request") or name.startswith("Patched")):
             schema["required"] = sorted(schema["properties"])
     return result
+
+
+def _exact_request_bodies(schemas: dict) -> None:
+    """What the serializers check in code rather than per field."""
+    job = schemas.get("JobSubmitRequest")
+    if job:  # training/serializers.py JobSubmitSerializer.validate: one of the two, never both
+        job["properties"]["spec"] = {"type": "object", "additionalProperties": {},
+                                     "description": job["properties"]["spec"].get("description", "")}
+        # Not `oneOf` at the top: client generators then give up on the body's type altogether.
+        job["allOf"] = [{"anyOf": [{"required": ["spec"]}, {"required": ["spec_yaml"]}]}]
+        job["not"] = {"required": ["spec", "spec_yaml"]}
+    change = schemas.get("PatchedReservationUpdateRequest")
+    if change:  # a change that changes nothing is refused (nothing_to_change)
+        change["minProperties"] = 1
 
 
 ID_FIELDS = {"id", "gpu", "gpus", "team", "node", "job", "run", "reservation"}
