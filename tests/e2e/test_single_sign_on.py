@@ -68,7 +68,7 @@ def test_sign_in_through_the_provider_makes_the_account_and_its_teams(
     page.set_default_timeout(15_000)
     started = time.monotonic()
 
-    page.goto(f"{live_server.url}/calendar/")
+    page.goto(f"{live_server.url}/reservations/")
     assert "/accounts/login/" in page.url
     assert page.get_by_label("Password").is_visible()  # local accounts keep their form
     page.screenshot(path=str(screenshots / "sso-login-page.png"))
@@ -83,7 +83,7 @@ def test_sign_in_through_the_provider_makes_the_account_and_its_teams(
     assert page.get_by_text("Groups", exact=True).is_visible()
     page.get_by_role("button", name="Authorize").click()
 
-    page.wait_for_url(f"{live_server.url}/calendar/**")  # back where the person was going
+    page.wait_for_url(f"{live_server.url}/reservations/")  # back where the person was going
     page.screenshot(path=str(screenshots / "sso-signed-in.png"))
     header = page.locator(".site-user").inner_text()
     elapsed = time.monotonic() - started
