@@ -85,6 +85,42 @@ class ReservationViewSetSchema(OpenApiViewExtension):
         })))
 
 
+class TelemetrySamplesSchema(OpenApiViewExtension):
+    """The node agent's post (gpus/telemetry/store.py parse_bucket says what a bucket holds)."""
+
+    target_class = "gpus.api.TelemetrySamplesView"
+
+    def view_replacement(self):
+        from gpus.api import MAX_BUCKETS_PER_POST
+        from gpus.telemetry.store import _INTEGER_FIELDS, _RATIO_FIELDS, BUCKET_FIELDS
+
+        def number(name):
+            if name in _INTEGER_FIELDS:
+                top = 2**31 - 1 if name == "sample_count" else MAX_ID
+                return serializers.IntegerField(min_value=0, max_value=top, required=False, allow_null=True)
+            top = 1 if name in _RATIO_FIELDS else None
+            return serializers.FloatField(min_value=0, max_value=top, required=False, allow_null=True)
+
+        bucket = inline_serializer("TelemetryBucket", {
+            "minute": serializers.DateTimeField(help_text="The start of the minute, with a UTC offset."),
+            "index": serializers.IntegerField(min_value=0, help_text="The GPU's device index on the node."),
+            "uuid": serializers.CharField(required=False, allow_blank=True, max_length=64),
+            **{name: number(name) for name in BUCKET_FIELDS},
+        })
+        return _replace(self.target_class, post=extend_schema(
+            request=inline_serializer("TelemetryPost", {
+                "node": serializers.CharField(required=False, help_text="The token's node, if given."),
+                "buckets": serializers.ListField(child=bucket, max_length=MAX_BUCKETS_PER_POST),
+            }),
+            responses={202: inline_serializer("TelemetryStored", {
+                "stored": serializers.IntegerField(min_value=0),
+                "unknown_gpus": serializers.ListField(child=serializers.CharField(),
+                                                      help_text="UUIDs (or `index N`) of GPUs not registered."),
+            })},
+            auth=[{"nodeToken": []}],
+        ))
+
+
 class ModelVersionsSchema(OpenApiViewExtension):
     """Its GET lists one model's versions: named apart from the models list's `models_list`."""
 
@@ -182,6 +218,9 @@ def postprocess(result, generator, request, public):
     result["components"].setdefault("securitySchemes", {})["runToken"] = {
         "type": "http", "scheme": "bearer", "description": "The per-run token the runner is given.",
     }
+    result["components"]["securitySchemes"]["nodeToken"] = {
+        "type": "http", "scheme": "bearer", "description": "A node agent's token (`gpu_agent --issue-token NODE`).",
+    }
     enums = _query_enums()
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
@@ -201,6 +240,7 @@ def postprocess(result, generator, request, public):
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
     _exact_request_bodies(schemas)
+    _exact_json_fields(schemas)
     for name, schema in schemas.items():
         if name == "Error" or "properties" not in schema:
             continue
@@ -224,6 +264,31 @@ def _exact_request_bodies(schemas: dict) -> None:
     change = schemas.get("PatchedReservationUpdateRequest")
     if change:  # a change that changes nothing is refused (nothing_to_change)
         change["minProperties"] = 1
+
+
+HOURS = {"type": "number", "format": "double"}
+# Model JSONFields and computed dicts, whose shape drf-spectacular cannot see.
+JSON_FIELD_SHAPES = {
+    "gpu_ids": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                "description": "Database ids of the GPUs."},
+    "gpu_indices": {"type": "array", "items": {"type": "integer", "minimum": 0},
+                    "description": "Device indices on the node."},
+    "usage": {"type": "object", "readOnly": True, "additionalProperties": False,
+              "description": "This month's quota use (reservations.selectors.QuotaPosition.as_dict), in GPU-hours.",
+              "required": ["month", "quota_gpu_hours", "booked_gpu_hours", "backfill_gpu_hours", "used_gpu_hours",
+                           "remaining_gpu_hours"],
+              "properties": {"month": {"type": "string", "description": "YYYY-MM in the team's zone"},
+                             "quota_gpu_hours": HOURS, "booked_gpu_hours": HOURS, "backfill_gpu_hours": HOURS,
+                             "used_gpu_hours": HOURS, "remaining_gpu_hours": HOURS}},
+}
+
+
+def _exact_json_fields(schemas: dict) -> None:
+    for schema in schemas.values():
+        for field, shape in JSON_FIELD_SHAPES.items():
+            current = schema.get("properties", {}).get(field)
+            if current is not None and current.get("type") in (None, "object") and "properties" not in current:
+                schema["properties"][field] = {**shape, **({"readOnly": True} if current.get("readOnly") else {})}
 
 
 ID_FIELDS = {"id", "gpu", "gpus", "team", "node", "job", "run", "reservation"}

@@ -63,7 +63,10 @@ def test_a_generated_client_logs_in_books_and_cancels(api, live_server, people, 
     gpus = load("api.gpus.gpus_list").sync(client=client)
     exact(gpus)
     gpu = next(g for g in gpus.results if g.node == "node-a" and g.index == 0)
-    vision = next(t for t in load("api.teams.teams_list").sync(client=client).results if t.slug == "vision")
+    teams = load("api.teams.teams_list").sync(client=client)
+    exact(teams)
+    vision = next(t for t in teams.results if t.slug == "vision")
+    assert vision.usage.quota_gpu_hours == 100
 
     berlin = dt.timezone(dt.timedelta(hours=1))
     start = (future_day + 9 * H).astimezone(berlin)  # an offset other than UTC's goes through as such
