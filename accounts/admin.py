@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.utils import timezone
 
-from accounts.models import ApiToken
+from accounts.models import ApiToken, ExternalIdentity
 
 
 @admin.register(ApiToken)
@@ -19,3 +19,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         count = queryset.filter(revoked_at=None).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(admin.ModelAdmin):
+    """Single sign-on links. Adding one by hand lets a provider account sign in as an existing
+    local user (accounts never link by e-mail on their own)."""
+
+    list_display = ["user", "issuer", "subject", "created_at", "last_login_at"]
+    search_fields = ["user__username", "subject", "issuer"]
+    raw_id_fields = ["user"]

@@ -19,7 +19,7 @@ class TooManyAttempts(DomainError):
     http_status = 429
 
 
-class TokenRequestSerializer(serializers.Serializer):
+class CredentialsSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=4096, trim_whitespace=False)
     name = serializers.CharField(max_length=100, required=False, allow_blank=True)
@@ -45,9 +45,9 @@ class TokenView(APIView):
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "auth"
 
-    @extend_schema(request=TokenRequestSerializer, responses={200: IssuedTokenSerializer}, auth=[])
+    @extend_schema(request=CredentialsSerializer, responses={200: IssuedTokenSerializer}, auth=[])
     def post(self, request):
-        form = TokenRequestSerializer(data=request.data)
+        form = CredentialsSerializer(data=request.data)
         if not form.is_valid():
             raise DomainError(ErrorCode.INVALID, "Send a username and a password.")
         username, password = form.validated_data["username"], form.validated_data["password"]

@@ -9,6 +9,7 @@ import hashlib
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 PREFIX_LENGTH = 8
 
@@ -34,3 +35,22 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key_prefix}… of {self.user}"
+
+
+class ExternalIdentity(models.Model):
+    """A user's account at an OpenID Provider (single sign-on, accounts/oidc.py): the provider's
+    issuer and its stable subject identifier. A returning sign-in finds its user here, never by
+    e-mail: an account at the provider must not take over a local account that shares an address."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)  # default: a link an administrator adds
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="external_identity_unique")]
+        verbose_name_plural = "external identities"
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer} → {self.user}"

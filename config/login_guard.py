@@ -101,6 +101,14 @@ class GuardedAdminAuthenticationForm(_Guarded, AdminAuthenticationForm):
 class GuardedLoginView(LoginView):
     authentication_form = GuardedAuthenticationForm
 
+    def get_context_data(self, **kwargs):
+        from accounts.oidc import sso_enabled
+
+        context = super().get_context_data(**kwargs)
+        # The "Sign in with …" link, shown only where single sign-on is configured.
+        context["sso_provider_name"] = settings.GPUBOOK_OIDC_PROVIDER_NAME if sso_enabled() else ""
+        return context
+
     def form_invalid(self, form):
         response = super().form_invalid(form)
         if getattr(form, "locked", False):

@@ -70,6 +70,66 @@ class RunViewSetSchema(OpenApiViewExtension):
         })}))
 
 
+class ReservationViewSetSchema(OpenApiViewExtension):
+    """A rejection needs a reason (reservations/approvals.py): required, not blank, at most
+    REASON_MAX characters once its runs of white space are collapsed."""
+
+    target_class = "reservations.api.ReservationViewSet"
+
+    def view_replacement(self):
+        from reservations.approvals import REASON_MAX
+
+        reason = serializers.RegexField(r"\S", max_length=REASON_MAX, help_text="Why; the booker reads it.")
+        return _replace(self.target_class, reject=extend_schema(request=inline_serializer("Rejection", {
+            "reason": reason,
+        })))
+
+
+class TelemetrySamplesSchema(OpenApiViewExtension):
+    """The node agent's post (gpus/telemetry/store.py parse_bucket says what a bucket holds)."""
+
+    target_class = "gpus.api.TelemetrySamplesView"
+
+    def view_replacement(self):
+        from gpus.api import MAX_BUCKETS_PER_POST
+        from gpus.telemetry.store import _INTEGER_FIELDS, _RATIO_FIELDS, BUCKET_FIELDS
+
+        def number(name):
+            if name in _INTEGER_FIELDS:
+                top = 2**31 - 1 if name == "sample_count" else MAX_ID
+                return serializers.IntegerField(min_value=0, max_value=top, required=False, allow_null=True)
+            top = 1 if name in _RATIO_FIELDS else None
+            return serializers.FloatField(min_value=0, max_value=top, required=False, allow_null=True)
+
+        bucket = inline_serializer("TelemetryBucket", {
+            "minute": serializers.DateTimeField(help_text="The start of the minute, with a UTC offset."),
+            "index": serializers.IntegerField(min_value=0, help_text="The GPU's device index on the node."),
+            "uuid": serializers.CharField(required=False, allow_blank=True, max_length=64),
+            **{name: number(name) for name in BUCKET_FIELDS},
+        })
+        return _replace(self.target_class, post=extend_schema(
+            request=inline_serializer("TelemetryPost", {
+                "node": serializers.CharField(required=False, help_text="The token's node, if given."),
+                "buckets": serializers.ListField(child=bucket, max_length=MAX_BUCKETS_PER_POST),
+            }),
+            responses={202: inline_serializer("TelemetryStored", {
+                "stored": serializers.IntegerField(min_value=0),
+                "unknown_gpus": serializers.ListField(child=serializers.CharField(),
+                                                      help_text="UUIDs (or `index N`) of GPUs not registered."),
+            })},
+            auth=[{"nodeToken": []}],
+        ))
+
+
+class ModelVersionsSchema(OpenApiViewExtension):
+    """Its GET lists one model's versions: named apart from the models list's `models_list`."""
+
+    target_class = "training.registry_api.ModelVersionsView"
+
+    def view_replacement(self):
+        return _replace(self.target_class, get=extend_schema(operation_id="models_versions_list"))
+
+
 class RunReportSchema(OpenApiViewExtension):
     target_class = "training.api.RunReportView"
 
@@ -90,23 +150,49 @@ class RunReportSchema(OpenApiViewExtension):
 
 # --- the postprocessing hook -------------------------------------------------------------------
 
-ERROR_SCHEMA = {
-    "type": "object",
-    "description": "Every API error: a machine code, a sentence for people, and details where they help "
-                   "(`conflicts` for a slot conflict, `problems` for a job spec, `fields` for invalid input).",
-    "properties": {
-        "code": {"type": "string", "example": "slot_conflict"},
-        "detail": {"type": "string", "example": "The requested time collides with 1 existing booking(s): …"},
-        "conflicts": {"type": "array", "items": {"type": "object"}},
-        "problems": {"type": "array", "items": {
-            "type": "object", "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
-            "required": ["field", "problem"],
-        }},
-        "fields": {"type": "object"},
-    },
-    "required": ["code", "detail"],
-    "additionalProperties": True,
-}
+GPU_HOURS = {"type": "number", "format": "double", "minimum": 0}
+
+
+def _error_schema() -> dict:
+    """Every field an error may carry (config/errors.py and config/api_errors.py raise them), so
+    a generated client keeps none of them as undeclared extras; other fields never appear."""
+    from config.errors import ErrorCode
+
+    return {
+        "type": "object",
+        "description": "Every API error: a machine code, a sentence for people, and details where they help.",
+        "properties": {
+            "code": {"type": "string", "enum": [code.value for code in ErrorCode], "example": "slot_conflict"},
+            "detail": {"type": "string", "example": "The requested time collides with 1 existing booking(s): …"},
+            "conflicts": {"type": "array", "description": "slot_conflict: the bookings in the way; other teams' "
+                          "only as time and GPUs", "items": {
+                "type": "object", "additionalProperties": False, "required": ["start", "end", "gpus"],
+                "properties": {
+                    "start": DATE_TIME, "end": DATE_TIME,
+                    "gpus": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_ID}},
+                    "reservation": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                    "team": {"type": "string"}, "user": {"type": "string"},
+                },
+            }},
+            "problems": {"type": "array", "description": "invalid_spec: every problem of a job spec", "items": {
+                "type": "object", "additionalProperties": False, "required": ["field", "problem"],
+                "properties": {"field": {"type": "string"}, "problem": {"type": "string"}},
+            }},
+            "fields": {"type": "object", "description": "invalid: the messages by field, as a list of sentences or, "
+                       "for a nested field, an object of the same shape", "additionalProperties": {}},
+            "gpus": {"type": "array", "description": "unknown_gpu: the GPU ids that do not exist",
+                     "items": {"type": "integer"}},
+            "month": {"type": "string", "description": "quota_exceeded: the month (YYYY-MM) in the team's zone"},
+            "day": {"type": "string", "format": "date", "description": "daily_cap_exceeded: the day"},
+            "remaining_gpu_hours": GPU_HOURS, "requested_gpu_hours": GPU_HOURS, "backfill_gpu_hours": GPU_HOURS,
+            "quota_gpu_hours": {"type": "integer", "minimum": 0},
+            "retry_after_s": {"type": "integer", "minimum": 0, "description": "busy, rate_limited: when to retry"},
+        },
+        "required": ["code", "detail"],
+        "additionalProperties": False,
+    }
+
+
 ERROR_DESCRIPTIONS = {
     "400": "Invalid input", "401": "Not authenticated", "403": "Not permitted", "404": "Not found",
     "409": "Conflict: the slot is taken, the quota is exhausted, or the state does not allow it",
@@ -128,9 +214,12 @@ def _query_enums() -> dict[tuple[str, str], list[str]]:
 def postprocess(result, generator, request, public):
     """Add what inference cannot know; see the module docstring."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
-    schemas["Error"] = ERROR_SCHEMA
+    schemas["Error"] = _error_schema()
     result["components"].setdefault("securitySchemes", {})["runToken"] = {
         "type": "http", "scheme": "bearer", "description": "The per-run token the runner is given.",
+    }
+    result["components"]["securitySchemes"]["nodeToken"] = {
+        "type": "http", "scheme": "bearer", "description": "A node agent's token (`gpu_agent --issue-token NODE`).",
     }
     enums = _query_enums()
     for path, operations in result.get("paths", {}).items():
@@ -150,12 +239,71 @@ def postprocess(result, generator, request, public):
                     "description": ERROR_DESCRIPTIONS[status],
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
+    _exact_request_bodies(schemas)
+    _exact_json_fields(schemas)
     for name, schema in schemas.items():
-        # A response object always carries every field it declares; request shapes keep their own list.
-        if name == "Error" or name.endswith("Request") or name.startswith("Patched") or "properties" not in schema:
+        if name == "Error" or "properties" not in schema:
             continue
-        schema["required"] = sorted(schema["properties"])
+        for field, field_schema in schema["properties"].items():
+            _tighten_id(field, field_schema)
+        # A response object always carries every field it declares; request shapes keep their own list.
+        if not (name.endswith("Request") or name.startswith("Patched")):
+            schema["required"] = sorted(schema["properties"])
     return result
+
+
+def _exact_request_bodies(schemas: dict) -> None:
+    """What the serializers check in code rather than per field."""
+    job = schemas.get("JobSubmitRequest")
+    if job:  # training/serializers.py JobSubmitSerializer.validate: one of the two, never both
+        job["properties"]["spec"] = {"type": "object", "additionalProperties": {},
+                                     "description": job["properties"]["spec"].get("description", "")}
+        # Not `oneOf` at the top: client generators then give up on the body's type altogether.
+        job["allOf"] = [{"anyOf": [{"required": ["spec"]}, {"required": ["spec_yaml"]}]}]
+        job["not"] = {"required": ["spec", "spec_yaml"]}
+    change = schemas.get("PatchedReservationUpdateRequest")
+    if change:  # a change that changes nothing is refused (nothing_to_change)
+        change["minProperties"] = 1
+
+
+HOURS = {"type": "number", "format": "double"}
+# Model JSONFields and computed dicts, whose shape drf-spectacular cannot see.
+JSON_FIELD_SHAPES = {
+    "gpu_ids": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                "description": "Database ids of the GPUs."},
+    "gpu_indices": {"type": "array", "items": {"type": "integer", "minimum": 0},
+                    "description": "Device indices on the node."},
+    "usage": {"type": "object", "readOnly": True, "additionalProperties": False,
+              "description": "This month's quota use (reservations.selectors.QuotaPosition.as_dict), in GPU-hours.",
+              "required": ["month", "quota_gpu_hours", "booked_gpu_hours", "backfill_gpu_hours", "used_gpu_hours",
+                           "remaining_gpu_hours"],
+              "properties": {"month": {"type": "string", "description": "YYYY-MM in the team's zone"},
+                             "quota_gpu_hours": HOURS, "booked_gpu_hours": HOURS, "backfill_gpu_hours": HOURS,
+                             "used_gpu_hours": HOURS, "remaining_gpu_hours": HOURS}},
+}
+
+
+def _exact_json_fields(schemas: dict) -> None:
+    for schema in schemas.values():
+        for field, shape in JSON_FIELD_SHAPES.items():
+            current = schema.get("properties", {}).get(field)
+            if current is not None and current.get("type") in (None, "object") and "properties" not in current:
+                schema["properties"][field] = {**shape, **({"readOnly": True} if current.get("readOnly") else {})}
+
+
+ID_FIELDS = {"id", "gpu", "gpus", "team", "node", "job", "run", "reservation"}
+
+
+def _tighten_id(field: str, schema: dict) -> None:
+    """Database ids, in requests and responses alike, are 1 … 2**63-1; counts are never negative."""
+    target = schema.get("items", {}) if schema.get("type") == "array" else schema
+    if target.get("type") != "integer":
+        return
+    if field in ID_FIELDS or field.endswith("_id"):
+        target.setdefault("minimum", 1)
+        target.setdefault("maximum", MAX_ID)
+    elif field == "count":
+        target.setdefault("minimum", 0)
 
 
 def _tighten_parameter(path: str, parameter: dict, enums: dict) -> None:

@@ -343,6 +343,12 @@ REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
 # --- API docs and schema (issue 16): config/openapi.py makes the schema exact. ----------------
 SPECTACULAR_SETTINGS.update({
     "COMPONENT_SPLIT_REQUEST": True,  # request and response shapes differ (read-only, required fields)
+    # Tags and operation ids from the resource ("reservations_create", not "v1_reservations_create"):
+    # a generated client groups its calls by them.
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    # Request bodies are described as JSON only. The API also takes form posts (curl -d), but a
+    # body declared under three media types makes generated clients send all three at once.
+    "PARSER_WHITELIST": ["config.parsers.BoundedJSONParser"],
     "ENUM_NAME_OVERRIDES": {
         "ReservationStatusEnum": "reservations.models.Reservation.Status",
         "JobStateEnum": "training.models.TrainingJob.State",
@@ -361,3 +367,42 @@ CELERY_IMPORTS = [*CELERY_IMPORTS, "reservations.tasks"]
 # workstation declares a single trusted user.
 GPUBOOK_JOB_USER = env_str("GPUBOOK_JOB_USER", "")
 GPUBOOK_SINGLE_USER = env_bool("GPUBOOK_SINGLE_USER", False)
+
+# --- single sign-on with OpenID Connect (issue 16; accounts/oidc.py, README "Single sign-on") ---
+# Off until GPUBOOK_OIDC_CLIENT_ID is set, with either GPUBOOK_OIDC_ISSUER (endpoints from its
+# discovery document) or all four endpoints. Secrets come only from the environment. Local
+# accounts keep working either way (ModelBackend stays first).
+GPUBOOK_OIDC_ISSUER = env_str("GPUBOOK_OIDC_ISSUER", "").rstrip("/")
+OIDC_RP_CLIENT_ID = env_str("GPUBOOK_OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("GPUBOOK_OIDC_CLIENT_SECRET", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("GPUBOOK_OIDC_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = env_str("GPUBOOK_OIDC_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = env_str("GPUBOOK_OIDC_USERINFO_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = env_str("GPUBOOK_OIDC_JWKS_ENDPOINT", "")
+if OIDC_RP_CLIENT_ID:
+    _needed = {"GPUBOOK_OIDC_CLIENT_SECRET": OIDC_RP_CLIENT_SECRET}
+    if not GPUBOOK_OIDC_ISSUER:  # without discovery every endpoint must be named
+        _needed.update({"GPUBOOK_OIDC_AUTHORIZATION_ENDPOINT": OIDC_OP_AUTHORIZATION_ENDPOINT,
+                        "GPUBOOK_OIDC_TOKEN_ENDPOINT": OIDC_OP_TOKEN_ENDPOINT,
+                        "GPUBOOK_OIDC_USERINFO_ENDPOINT": OIDC_OP_USER_ENDPOINT,
+                        "GPUBOOK_OIDC_JWKS_ENDPOINT": OIDC_OP_JWKS_ENDPOINT})
+    _missing = [name for name, value in _needed.items() if not value]
+    if _missing:
+        raise ConfigError(f"GPUBOOK_OIDC_CLIENT_ID is set but {', '.join(_missing)} is not"
+                          " (the endpoints can come from GPUBOOK_OIDC_ISSUER)")
+OIDC_RP_SIGN_ALGO = env_choice("GPUBOOK_OIDC_SIGN_ALGO", "RS256", {"RS256", "RS384", "RS512", "ES256", "ES384",
+                                                                    "ES512", "PS256", "HS256"})
+OIDC_RP_SCOPES = env_str("GPUBOOK_OIDC_SCOPES", "openid email profile groups")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = env_int("GPUBOOK_OIDC_TIMEOUT_SECONDS", 10, minimum=1)
+OIDC_CREATE_USER = env_bool("GPUBOOK_OIDC_CREATE_USERS", True)
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+LOGIN_REDIRECT_URL_FAILURE = LOGIN_URL
+# The login page's button says "Sign in with <this>".
+GPUBOOK_OIDC_PROVIDER_NAME = env_str("GPUBOOK_OIDC_PROVIDER_NAME", "single sign-on")
+# Teams from the groups claim (a dotted path reads a nested claim, e.g. realm_access.roles):
+# "<prefix><team-slug>" → member, "<prefix><team-slug><manager suffix>" → manager.
+GPUBOOK_OIDC_GROUPS_CLAIM = env_str("GPUBOOK_OIDC_GROUPS_CLAIM", "groups")
+GPUBOOK_OIDC_TEAM_PREFIX = env_str("GPUBOOK_OIDC_TEAM_PREFIX", "")
+GPUBOOK_OIDC_MANAGER_SUFFIX = env_str("GPUBOOK_OIDC_MANAGER_SUFFIX", "-managers")
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "accounts.oidc.OidcBackend"]

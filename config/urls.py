@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
+from accounts.sso_views import SsoCallbackView, SsoStartView
 from config import openapi  # noqa: F401  (registers the schema extensions before any schema is built)
 from config.api_errors import api_not_found
 from config.health import favicon, healthz
@@ -13,6 +14,8 @@ admin.site.login_form = GuardedAdminAuthenticationForm
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", GuardedLoginView.as_view(), name="login"),  # before auth.urls' own
+    path("accounts/oidc/authenticate/", SsoStartView.as_view(), name="oidc_authentication_init"),
+    path("accounts/oidc/callback/", SsoCallbackView.as_view(), name="oidc_authentication_callback"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("reservations.urls")),
     path("", include("training.urls")),

@@ -14,6 +14,7 @@ from rest_framework import generics, permissions, serializers, status
 from rest_framework.response import Response
 
 from config.errors import DomainError, ErrorCode, NotPermitted
+from config.openapi import MAX_ID
 from gpus.models import GpuSample
 from gpus.telemetry import store
 
@@ -72,9 +73,12 @@ class TelemetrySamplesView(generics.ListAPIView):
         rows = GpuSample.objects.select_related("gpu__node").filter(minute__gte=since, minute__lt=until)
         if params.get("gpu"):
             try:
-                rows = rows.filter(gpu_id=int(params["gpu"]))
+                gpu_id = int(params["gpu"])
             except ValueError:
-                raise DomainError(ErrorCode.INVALID_GPU, "`gpu` must be a GPU id.") from None
+                gpu_id = 0
+            if not 1 <= gpu_id <= MAX_ID:  # past 2**63-1 the database driver itself fails
+                raise DomainError(ErrorCode.INVALID_GPU, "`gpu` must be a GPU id.")
+            rows = rows.filter(gpu_id=gpu_id)
         if params.get("node"):
             rows = rows.filter(gpu__node__name=params["node"])
         return rows.order_by("gpu__node__name", "gpu__index", "minute")

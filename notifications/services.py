@@ -21,7 +21,7 @@ from django.db.models import F
 from config.errors import DomainError, ErrorCode, NotPermitted
 from notifications import links
 from notifications.models import Delivery, EventType, Notice, NotificationPreference, Webhook
-from notifications.transports.webhook.targets import UnsafeTarget, check_url
+from notifications.transports.webhook.targets import UnresolvableTarget, UnsafeTarget, check_url
 
 logger = logging.getLogger(__name__)
 
@@ -390,6 +390,10 @@ def webhook_check_url(url: str) -> None:
         check_url(url)
     except UnsafeTarget as error:
         raise DomainError(ErrorCode.UNSAFE_WEBHOOK_URL, str(error)) from None
+    except UnresolvableTarget:
+        # A host that does not resolve now (DNS down, a name not yet published) is kept: every
+        # delivery vets the address again and retries, and failures show in the admin.
+        pass
 
 
 def webhook_create(*, actor, team_id: int, url: str, events: list | None = None, description: str = "") -> Webhook:

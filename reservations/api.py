@@ -24,16 +24,28 @@ from reservations.serializers import (
     ReservationSerializer,
     ReservationUpdateSerializer,
     TeamSerializer,
-    TimeRangeSerializer,
 )
 
 MAX_AVAILABILITY_WINDOW = dt.timedelta(days=62)
+DEFAULT_AVAILABILITY_WINDOW = dt.timedelta(days=1)
 
 
-def _time_range(params) -> tuple[dt.datetime, dt.datetime]:
-    window = TimeRangeSerializer(data={"start": params.get("from"), "end": params.get("to")})
-    window.is_valid(raise_exception=True)
-    start, end = window.validated_data["start"], window.validated_data["end"]
+def _moment(params, name: str) -> dt.datetime | None:
+    if not params.get(name):
+        return None
+    field = AwareDateTimeField()
+    field.bind(name, None)  # its messages name the parameter
+    return field.to_internal_value(params[name])
+
+
+def _time_range(params, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """`from` … `to`; without `from` from now, without `to` for a day."""
+    start = _moment(params, "from") or now
+    end = _moment(params, "to")
+    if end is None:
+        if start > dt.datetime.max.replace(tzinfo=dt.UTC) - DEFAULT_AVAILABILITY_WINDOW:
+            raise DomainError(ErrorCode.INVALID_RANGE, "`from` is too far ahead.")
+        end = start + DEFAULT_AVAILABILITY_WINDOW
     if end <= start:
         raise DomainError(ErrorCode.INVALID_RANGE, "`to` must be after `from`.")
     if end - start > MAX_AVAILABILITY_WINDOW:
@@ -42,7 +54,7 @@ def _time_range(params) -> tuple[dt.datetime, dt.datetime]:
 
 
 def _availability(gpu_ids: list[int], params) -> Response:
-    start, end = _time_range(params)
+    start, end = _time_range(params, now=timezone.now())
     windows = selectors.free_windows(gpu_ids=gpu_ids, start=start, end=end)
     return Response(
         {
@@ -55,8 +67,9 @@ def _availability(gpu_ids: list[int], params) -> Response:
 
 
 availability_parameters = [
-    OpenApiParameter("from", str, required=True, description="ISO-8601 with offset"),
-    OpenApiParameter("to", str, required=True, description="ISO-8601 with offset"),
+    OpenApiParameter("from", str, description="ISO-8601 with offset; now if left out"),
+    OpenApiParameter("to", str, description="ISO-8601 with offset, at most 62 days after `from`; a day after "
+                                            "`from` if left out"),
 ]
 
 

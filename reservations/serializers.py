@@ -51,11 +51,6 @@ class GpuSerializer(serializers.ModelSerializer):
         fields = ["id", "node", "node_id", "index", "uuid", "model_name", "memory_mib", "state"]
 
 
-class TimeRangeSerializer(serializers.Serializer):
-    start = AwareDateTimeField()
-    end = AwareDateTimeField()
-
-
 class ReservationCreateSerializer(serializers.Serializer):
     gpus = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID), max_length=64)
     start = AwareDateTimeField()

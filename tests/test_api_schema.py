@@ -143,6 +143,7 @@ def test_real_responses_conform(conforms, people, inventory, future_day):
     assert bad_job.status_code == 400
     conforms(bad_job, "/api/v1/jobs/", "post")
     conforms(api.get("/api/v1/jobs/", {"state": "queued"}), "/api/v1/jobs/", "get")
+    conforms(api.get(f"/api/v1/jobs/{job.json()['id']}/runs/", {"offset": 0}), "/api/v1/jobs/{id}/runs/", "get")
 
 
 

@@ -75,7 +75,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         )
         return Response(JobSerializer(job).data)
 
-    @extend_schema(responses={200: RunBriefSerializer(many=True)})
     @extend_schema(responses={200: dict})
     @action(detail=True, url_path="tuned-spec")
     def tuned_spec(self, request, pk=None):
@@ -87,7 +86,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response({"iteration": best.iteration, "fitness": best.fitness,
                          "hyperparameters": best.hyperparameters, "spec": document})
 
-    @action(detail=True)
+    @extend_schema(responses={200: RunBriefSerializer(many=True)})
+    @action(detail=True, pagination_class=None)  # a job's runs are few: a plain list (the schema says so)
     def runs(self, request, pk=None):
         job = self.get_object()
         return Response(RunBriefSerializer(job.runs.all(), many=True).data)

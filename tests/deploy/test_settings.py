@@ -61,6 +61,15 @@ def test_a_short_secret_key_stops_the_process(tmp_path):
     assert "SECRET_KEY has 49 characters; at least 50 are required" in result.stderr
 
 
+def test_a_half_configured_single_sign_on_stops_the_process_and_a_whole_one_starts(tmp_path):
+    half = manage(["check"], production_env(GPUBOOK_OIDC_CLIENT_ID="gpubook"), tmp_path)
+    assert half.returncode != 0
+    assert "GPUBOOK_OIDC_CLIENT_SECRET, GPUBOOK_OIDC_AUTHORIZATION_ENDPOINT" in half.stderr
+    whole = manage(["check"], production_env(GPUBOOK_OIDC_CLIENT_ID="gpubook", GPUBOOK_OIDC_CLIENT_SECRET="s",
+                                             GPUBOOK_OIDC_ISSUER="https://id.example.com/"), tmp_path)
+    assert whole.returncode == 0, whole.stderr  # the provider is not asked anything at start-up
+
+
 def test_proxy_ssl_header_is_parsed_or_refused(monkeypatch):
     monkeypatch.setenv("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto: https")
     assert env_header_pair("SECURE_PROXY_SSL_HEADER") == ("HTTP_X_FORWARDED_PROTO", "https")

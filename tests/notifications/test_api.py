@@ -81,6 +81,16 @@ def test_unsafe_webhook_urls_are_refused_with_the_error_shape(api, people, setti
         assert response.json()["code"] == "unsafe_webhook_url"
 
 
+def test_a_webhook_whose_host_does_not_resolve_yet_is_kept(api, people):
+    """It used to be a 500 (found by the schemathesis CLI); every delivery vets the address again."""
+    response = api["manager"].post(
+        "/api/v1/notifications/webhooks/", {"team": people["vision"].pk, "url": "https://hooks.example.invalid/x"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert Webhook.objects.get().url == "https://hooks.example.invalid/x"
+
+
 def test_staff_managers_see_only_their_teams_in_admin(people, loopback_allowed):
     from django.contrib.auth.models import Permission
 

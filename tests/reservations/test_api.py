@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from reservations.models import Reservation
@@ -236,6 +237,21 @@ class TestGpusAndTeams:
         assert_error(api["owner"].get(f"/api/v1/nodes/{inventory['node_b'].pk}/availability/",
                                       {"from": iso(future_day), "to": iso(future_day + dt.timedelta(days=90))}),
                      400, "range_too_long")
+
+    def test_availability_defaults_to_a_day_from_now(self, api, people, inventory, future_day):
+        create(api["owner"], inventory["a"][:1], future_day + 9 * H, future_day + 10 * H, people["vision"])
+        gpu = inventory["a"][0]
+        day = api["outsider"].get(f"/api/v1/gpus/{gpu.pk}/availability/", {"from": iso(future_day)}).json()
+        assert (day["from"], day["to"]) == (iso(future_day), iso(future_day + 24 * H))
+        assert day["free"] == [{"start": iso(future_day), "end": iso(future_day + 9 * H)},
+                               {"start": iso(future_day + 10 * H), "end": iso(future_day + 24 * H)}]
+        before = timezone.now()
+        now = api["outsider"].get(f"/api/v1/gpus/{gpu.pk}/availability/").json()
+        start = dt.datetime.fromisoformat(now["from"])
+        assert before <= start <= timezone.now()
+        assert dt.datetime.fromisoformat(now["to"]) - start == 24 * H
+        assert_error(api["owner"].get(f"/api/v1/gpus/{gpu.pk}/availability/", {"from": "9999-12-31T12:00:00+00:00"}),
+                     400, "invalid_range")
 
     def test_teams_are_scoped_and_show_usage(self, api, people, inventory, future_day):
         rows = api["owner"].get("/api/v1/teams/").json()["results"]
