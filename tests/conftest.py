@@ -36,9 +36,15 @@ def inventory(db):
 @pytest.fixture
 def people(db):
     """The personas (tests/support.py): owner, teammate and manager in `vision`, the
-    outsider in `nlp`, and an admin."""
+    outsider in `nlp`, and an admin. Also the trainer image catalog the migration seeds: a
+    transactional (live-server) test that ran before flushed those rows away."""
+    import importlib
+
+    from django.apps import apps
+
     from tests.support import make_people
 
+    importlib.import_module("training.migrations.0002_image_catalog").seed(apps, None)
     return make_people()
 
 

@@ -13,7 +13,6 @@ from training.models import Run, RunMetric, TrainingImage, TrainingJob
 
 @pytest.mark.django_db(transaction=True)
 def test_promote_list_compare_and_download_from_the_terminal(gpubook, people, finished, tmp_path):  # noqa: F811
-    TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")  # an earlier test may have flushed it
     first, second = finished(0.20), finished(0.25)
     login(gpubook, "alice")
     promoted = gpubook("models", "promote", str(first.pk), "pcb-defect")
