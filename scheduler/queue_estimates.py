@@ -8,7 +8,20 @@ slots and end at the slot's end), the running jobs (each ends at its `estimated_
 `must_end_by`), and the queued jobs (each runs for its estimate, or the default, once
 started). Between plans the clock jumps to the next moment the picture changes: a run's
 predicted end, a reservation's end, or the plan's own `next_wakeup`. A job's estimated start
-is the first plan that starts it; None if none does within `horizon_s` (or `max_plans`).
+is the first plan that starts it. The roll-forward stops after `max_plans` plans or past
+`horizon_s`; a job not started by then gets no estimate but a bound that is true of the
+rolled-forward cluster, `not_before`: the time the roll-forward had reached (nothing could
+start it earlier). A job that nothing will ever start (no run or booking left to end, no
+timer) gets neither.
+
+The budget is in plans, not seconds, so the answer is deterministic; each plan costs what one
+scheduler tick costs (`plan()` is the expensive part: ~10-25 ms at 1,024 GPUs and 5,000
+queued, BENCHMARKS.md), and one plan is needed per moment the picture changes — a run's end,
+and, while urgent/high jobs preempt, one wave of at most `max_preempting_jobs_per_plan`
+preemptions per grace period. Coarser steps (several events per plan) were measured and
+rejected: they cut the preemption waves and with them the high jobs' starts by hours
+(BENCHMARKS.md, "Cost of one estimate").
+
 Jobs submitted later are unknown, so the estimate is what would happen if nobody else
 submitted — optimistic for low ranks under fair share, as Slurm's is.
 
@@ -36,6 +49,10 @@ from scheduler.policy import DAY_S, DEFAULT_POLICY, Policy
 from scheduler.queue_order import CANDIDATE, order_queue
 from scheduler.quota import QuotaBook
 from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run, RunKind, Snapshot
+
+# Plans per estimate: about 2 s of CPU at 1,024 GPUs and 5,000 queued (BENCHMARKS.md); a lab
+# queue is resolved to its end long before (the module docstring).
+MAX_PLANS = 150
 
 
 class WaitReason(StrEnum):
@@ -70,6 +87,9 @@ class QueueEstimate:
     wait_reason: WaitReason
     # The booking whose start keeps the idle GPUs from it (BOOKING_AHEAD only).
     blocking_reservation_id: Id | None = None
+    # No start found, but the roll-forward stopped (plan budget or horizon) before it could
+    # tell: the job starts no earlier than this. None with no start: it never starts.
+    not_before: Instant | None = None
 
 
 def _predicted_end_s(run: Run, now_s: float, policy: Policy) -> float:
@@ -114,12 +134,12 @@ def estimate_starts(
     policy: Policy = DEFAULT_POLICY,
     *,
     horizon_s: float = 14 * DAY_S,
-    max_plans: int = 500,
+    max_plans: int = MAX_PLANS,
     until_started: Id | None = None,
 ) -> dict[Id, QueueEstimate]:
     """`until_started`: stop rolling forward once that job has started (the submit form's
     preview needs one job's start; later plans cannot change it). Other jobs' estimates are
-    then only those found by that time."""
+    then only those found by that time, and the rest get that time as their `not_before`."""
     now_s = to_seconds(now)
     to_instant = converter_like(now)
     positions = queue_positions(snapshot, now_s, policy)
@@ -131,6 +151,7 @@ def estimate_starts(
     ends: dict[Id, float] = {run.id: _predicted_end_s(run, now_s, policy) for run in runs.values()}
     queued: dict[Id, QueuedJob] = dict(waiting)
     reservations = {item.id: item for item in snapshot.reservations}
+    reservation_ends = {item.id: to_seconds(item.end) for item in snapshot.reservations}
     started_at: dict[Id, float] = {}
     cache = IndexCache()
     next_run_id = 0
@@ -144,10 +165,11 @@ def estimate_starts(
 
         def new_run_id(number: int) -> Id:
             return f"~estimate-{number:09d}"
-    t = now_s
+    t: float | None = now_s
     reservations_tuple = tuple(reservations.values())
+    horizon_end_s = now_s + horizon_s
     for _ in range(max_plans):
-        if not queued or t > now_s + horizon_s:
+        if not queued or t > horizon_end_s:
             break
         state = Snapshot(
             gpus=snapshot.gpus, reservations=reservations_tuple,
@@ -188,27 +210,34 @@ def estimate_starts(
                 ends.pop(action.run_id, None)
             elif isinstance(action, Release):
                 reservations.pop(action.reservation_id, None)
+                reservation_ends.pop(action.reservation_id, None)
                 reservations_tuple = tuple(reservations.values())
         if not queued or until_started in started_at:
             break
-        upcoming = [end_s for end_s in ends.values() if end_s > t]
-        upcoming += [
-            to_seconds(item.end) for item in reservations.values() if to_seconds(item.end) > t
-        ]
+        # The next moment the picture changes: a run's predicted end, a booking's end, or
+        # a time this plan itself names (a stop or kill due, a slot starting, a no-show).
+        upcoming = min(
+            (moment for moment in (*ends.values(), *reservation_ends.values()) if moment > t),
+            default=INFINITY,
+        )
         if result.next_wakeup is not None:
-            upcoming.append(to_seconds(result.next_wakeup))
-        if not upcoming:
+            upcoming = min(upcoming, to_seconds(result.next_wakeup))
+        if upcoming == INFINITY:
+            t = None  # nothing will ever change: the jobs still queued never start
             break
-        t = min(upcoming)
+        t = upcoming
         for run_id in sorted((run_id for run_id, end_s in ends.items() if end_s <= t), key=str):
             del ends[run_id]
             del runs[run_id]
-        gone = [item.id for item in reservations.values() if to_seconds(item.end) <= t]
+        gone = [reservation_id for reservation_id, end_s in reservation_ends.items() if end_s <= t]
         if gone:
             for reservation_id in gone:
                 del reservations[reservation_id]
+                del reservation_ends[reservation_id]
             reservations_tuple = tuple(reservations.values())
 
+    # Jobs not started by the time the roll-forward stopped start later than that, if ever.
+    not_before = None if t is None else to_instant(t)
     estimates = {}
     for job_id, position in positions.items():
         reason, blocking = reasons[job_id]
@@ -221,9 +250,9 @@ def estimate_starts(
             estimated_start=None if start_s is None else to_instant(start_s),
             wait_reason=reason,
             blocking_reservation_id=blocking,
+            not_before=not_before if start_s is None else None,
         )
     return estimates
-
 
 
 def _wait_reasons(
