@@ -15,9 +15,10 @@
 3. **Cost of one estimate** (what each stored refresh, and each preview on the submit form,
    pays): `estimate_starts` over the whole queue on `benchmarks/scheduler_plan.py`'s snapshots
    (small: 64 GPUs, 200 queued, 100 bookings; base: 1,024 GPUs, 5,000 queued, 2,000
-   bookings), against one `plan()` on the same snapshot (the baseline: the estimate is many);
-   and the preview's roll-forward `until_started` for the 10th job of the queue and the middle
-   one (a job with no start within the 500 plans costs the whole roll-forward).
+   bookings), against one `plan()` on the same snapshot (the baseline: the estimate is many),
+   with the earlier budget (500 plans) and the current one (`MAX_PLANS`), back to back; and
+   the preview's roll-forward `until_started` for the 10th job of the queue and the middle
+   one (a job with no start within the budget costs the whole roll-forward).
 
     .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue|cost]
 """
@@ -191,32 +192,48 @@ def print_queue() -> None:
 
 
 def print_cost() -> None:
+    import os
+
     from benchmarks.scheduler_plan import NOW, build_snapshot
     from scheduler import plan
-    from scheduler.queue_estimates import estimate_starts, queue_positions
+    from scheduler.queue_estimates import PLAN_BUDGET, estimate_starts, queue_positions
 
-    print("\n| snapshot | one plan() (s) | estimate_starts (s) | ratio | jobs with a start "
-          "| preview of the 10th / median job (s) |\n|---|---|---|---|---|---|")
+    print(f"\nload average {os.getloadavg()[0]:.1f}; before = {BEFORE_MAX_PLANS} plans, no "
+          f"budget (the earlier default); after = the defaults, {BEFORE_MAX_PLANS} plans and a "
+          f"budget of {PLAN_BUDGET:,} job-plans")
+    print("\n| snapshot | one plan() (s) | budget | estimate_starts (s) | ratio | jobs with a start "
+          "| jobs with a bound (not before) | preview of the 10th / median job (s) |"
+          "\n|---|---|---|---|---|---|---|---|")
     for name, sizes in (("small", (64, 200, 100)), ("base", (1024, 5000, 2000))):
         snapshot = build_snapshot(*sizes, seed=1)
         policy = Policy()
         started = time.perf_counter()
         plan(snapshot, NOW, policy)
         plan_s = time.perf_counter() - started
-        started = time.perf_counter()
-        estimates = estimate_starts(snapshot, NOW, policy)
-        estimate_s = time.perf_counter() - started
-        found = sum(estimate.estimated_start is not None for estimate in estimates.values())
-        # The submit form's preview (`until_started`) for the 10th job of the queue and the middle one.
         positions = queue_positions(snapshot, NOW, policy)
         ranked = sorted(positions, key=positions.get)
-        preview_s = []
-        for job_id in (ranked[9], ranked[len(ranked) // 2]):
+        for label, budget in (("before", sys.maxsize), ("after", PLAN_BUDGET)):
             started = time.perf_counter()
-            estimate_starts(snapshot, NOW, policy, until_started=job_id)
-            preview_s.append(time.perf_counter() - started)
-        print(f"| {name} {sizes} | {plan_s:.3f} | {estimate_s:.2f} | {estimate_s / plan_s:.0f}x "
-              f"| {found:,} of {len(estimates):,} | {preview_s[0]:.2f} / {preview_s[1]:.2f} |")
+            estimates = estimate_starts(snapshot, NOW, policy, budget=budget)
+            estimate_s = time.perf_counter() - started
+            found = sum(estimate.estimated_start is not None for estimate in estimates.values())
+            bounded = [estimate.not_before for estimate in estimates.values() if estimate.not_before]
+            reached = f" ({(min(bounded) - NOW) / 60:.0f} min ahead)" if bounded else ""
+            # The submit form's preview (`until_started`) for the 10th job of the queue and the
+            # middle one.
+            preview_s = []
+            for job_id in (ranked[9], ranked[len(ranked) // 2]):
+                started = time.perf_counter()
+                estimate_starts(snapshot, NOW, policy, budget=budget, until_started=job_id)
+                preview_s.append(time.perf_counter() - started)
+            print(f"| {name} {sizes} | {plan_s:.3f} | {label} | {estimate_s:.2f} "
+                  f"| {estimate_s / plan_s:.0f}x | {found:,} of {len(estimates):,} "
+                  f"| {len(bounded):,}{reached} | {preview_s[0]:.2f} / {preview_s[1]:.2f} |")
+
+
+# The roll-forward's only limit before it had a budget (issue #18 item 2 as first merged); still
+# `max_plans`' default.
+BEFORE_MAX_PLANS = 500
 
 
 if __name__ == "__main__":

@@ -8,19 +8,19 @@ slots and end at the slot's end), the running jobs (each ends at its `estimated_
 `must_end_by`), and the queued jobs (each runs for its estimate, or the default, once
 started). Between plans the clock jumps to the next moment the picture changes: a run's
 predicted end, a reservation's end, or the plan's own `next_wakeup`. A job's estimated start
-is the first plan that starts it. The roll-forward stops after `max_plans` plans or past
-`horizon_s`; a job not started by then gets no estimate but a bound that is true of the
-rolled-forward cluster, `not_before`: the time the roll-forward had reached (nothing could
-start it earlier). A job that nothing will ever start (no run or booking left to end, no
-timer) gets neither.
+is the first plan that starts it. The roll-forward stops past `horizon_s`, after `max_plans`
+plans, or once its `budget` is spent: plans counted by the queued jobs each one orders (the
+part of plan() that grows with the queue), so a lab-sized queue gets hundreds of plans and a
+5,000-job queue about a hundred, at about the same cost. A job not started by then gets no
+estimate but a bound that is true of the rolled-forward cluster, `not_before`: the time the
+roll-forward had reached (nothing could start it earlier). A job that nothing will ever
+start (no run or booking left to end, no timer) gets neither.
 
-The budget is in plans, not seconds, so the answer is deterministic; each plan costs what one
-scheduler tick costs (`plan()` is the expensive part: ~10-25 ms at 1,024 GPUs and 5,000
-queued, BENCHMARKS.md), and one plan is needed per moment the picture changes — a run's end,
-and, while urgent/high jobs preempt, one wave of at most `max_preempting_jobs_per_plan`
-preemptions per grace period. Coarser steps (several events per plan) were measured and
-rejected: they cut the preemption waves and with them the high jobs' starts by hours
-(BENCHMARKS.md, "Cost of one estimate").
+The budget is not in seconds, so the answer is deterministic. One plan is needed per moment
+the picture changes: each run's end, and, while urgent/high jobs preempt, one wave of at most
+`max_preempting_jobs_per_plan` preemptions per grace period. Coarser steps (several events
+per plan) were tried and rejected: they cut the preemption waves and with them the high
+jobs' starts by hours (measured with a prototype, BENCHMARKS.md "Cost of one estimate").
 
 Jobs submitted later are unknown, so the estimate is what would happen if nobody else
 submitted — optimistic for low ranks under fair share, as Slurm's is.
@@ -50,9 +50,10 @@ from scheduler.queue_order import CANDIDATE, order_queue
 from scheduler.quota import QuotaBook
 from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run, RunKind, Snapshot
 
-# Plans per estimate: about 2 s of CPU at 1,024 GPUs and 5,000 queued (BENCHMARKS.md); a lab
-# queue is resolved to its end long before (the module docstring).
-MAX_PLANS = 150
+# The budget of one estimate in job-plans (each plan counts the queued jobs it orders): about
+# 100 plans, 2 s of CPU, at 1,024 GPUs and 5,000 queued (BENCHMARKS.md); a lab-sized queue
+# reaches its end or `max_plans` first.
+PLAN_BUDGET = 500_000
 
 
 class WaitReason(StrEnum):
@@ -134,7 +135,8 @@ def estimate_starts(
     policy: Policy = DEFAULT_POLICY,
     *,
     horizon_s: float = 14 * DAY_S,
-    max_plans: int = MAX_PLANS,
+    max_plans: int = 500,
+    budget: int = PLAN_BUDGET,
     until_started: Id | None = None,
 ) -> dict[Id, QueueEstimate]:
     """`until_started`: stop rolling forward once that job has started (the submit form's
@@ -168,8 +170,9 @@ def estimate_starts(
     t: float | None = now_s
     reservations_tuple = tuple(reservations.values())
     horizon_end_s = now_s + horizon_s
+    spent = 0
     for _ in range(max_plans):
-        if not queued or t > horizon_end_s:
+        if not queued or t > horizon_end_s or spent >= budget:
             break
         state = Snapshot(
             gpus=snapshot.gpus, reservations=reservations_tuple,
@@ -177,6 +180,7 @@ def estimate_starts(
             usage=snapshot.usage, teams=snapshot.teams,
         )
         result = plan_detailed(state, to_instant(t), policy, cache=cache)
+        spent += len(state.queued_jobs)
         for action in result.actions:
             if isinstance(action, Start):
                 next_run_id += 1

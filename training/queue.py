@@ -56,7 +56,7 @@ class StartPreview:
     position: int | None  # None for a job that runs in a booking
     estimated_start: dt.datetime | None
     wait_reason: str
-    # No start found within the estimate's plan budget: it starts no earlier than this.
+    # No start found within the estimate's budget: it starts no earlier than this.
     not_before: dt.datetime | None = None
 
 
@@ -74,7 +74,7 @@ def queue_estimate_preview(
         if job.reservation_id is None:
             snapshot = build_snapshot(now=now, policy=policy)
             estimate = scheduler.estimate_starts(
-                snapshot, now, policy, max_plans=settings.GPUBOOK_QUEUE_ESTIMATE_MAX_PLANS, until_started=job.pk
+                snapshot, now, policy, budget=settings.GPUBOOK_QUEUE_ESTIMATE_BUDGET, until_started=job.pk
             ).get(job.pk)
         booking = job.reservation
         transaction.set_rollback(True)

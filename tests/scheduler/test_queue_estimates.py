@@ -179,8 +179,11 @@ def test_a_job_the_plan_budget_does_not_reach_gets_the_time_reached_as_a_bound()
     # One plan (at now) starts nothing; nothing changes before the run's predicted end.
     cut = estimate_starts(state, NOW, max_plans=1)
     assert [(cut[j].estimated_start, cut[j].not_before) for j in (10, 11)] == [(None, NOW + 3600)] * 2
+    # The budget counts each plan by the queued jobs it orders: two jobs, one plan.
+    assert estimate_starts(state, NOW, budget=2) == estimate_starts(state, NOW, max_plans=1)
     # Two plans: the first job starts at that end, the second is bounded by the next moment.
     cut = estimate_starts(state, NOW, max_plans=2)
+    assert estimate_starts(state, NOW, budget=3) == cut
     assert (cut[10].estimated_start, cut[10].not_before) == (NOW + 3600, None)
     assert (cut[11].estimated_start, cut[11].not_before) == (None, NOW + 4200)
     full = estimate_starts(state, NOW)
