@@ -201,7 +201,8 @@ def print_cost() -> None:
     print(f"\nload average {os.getloadavg()[0]:.1f}; before = {BEFORE_MAX_PLANS} plans, no "
           f"budget (the earlier default); after = the defaults, {BEFORE_MAX_PLANS} plans and a "
           f"budget of {PLAN_BUDGET:,} job-plans")
-    print("\n| snapshot | one plan() (s) | budget | estimate_starts (s) | ratio | jobs with a start "
+    print("\n| snapshot | one plan() (s) | budget | estimate_starts, wall / CPU (s) | ratio "
+          "| jobs with a start "
           "| jobs with a bound (not before) | preview of the 10th / median job (s) |"
           "\n|---|---|---|---|---|---|---|---|")
     for name, sizes in (("small", (64, 200, 100)), ("base", (1024, 5000, 2000))):
@@ -213,9 +214,10 @@ def print_cost() -> None:
         positions = queue_positions(snapshot, NOW, policy)
         ranked = sorted(positions, key=positions.get)
         for label, budget in (("before", sys.maxsize), ("after", PLAN_BUDGET)):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             estimates = estimate_starts(snapshot, NOW, policy, budget=budget)
             estimate_s = time.perf_counter() - started
+            cpu_s = time.process_time() - cpu_started
             found = sum(estimate.estimated_start is not None for estimate in estimates.values())
             bounded = [estimate.not_before for estimate in estimates.values() if estimate.not_before]
             reached = f" ({(min(bounded) - NOW) / 60:.0f} min ahead)" if bounded else ""
@@ -226,7 +228,7 @@ def print_cost() -> None:
                 started = time.perf_counter()
                 estimate_starts(snapshot, NOW, policy, budget=budget, until_started=job_id)
                 preview_s.append(time.perf_counter() - started)
-            print(f"| {name} {sizes} | {plan_s:.3f} | {label} | {estimate_s:.2f} "
+            print(f"| {name} {sizes} | {plan_s:.3f} | {label} | {estimate_s:.2f} / {cpu_s:.2f} "
                   f"| {estimate_s / plan_s:.0f}x | {found:,} of {len(estimates):,} "
                   f"| {len(bounded):,}{reached} | {preview_s[0]:.2f} / {preview_s[1]:.2f} |")
 

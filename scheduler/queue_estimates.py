@@ -16,11 +16,16 @@ estimate but a bound that is true of the rolled-forward cluster, `not_before`: t
 roll-forward had reached (nothing could start it earlier). A job that nothing will ever
 start (no run or booking left to end, no timer) gets neither.
 
-The budget is not in seconds, so the answer is deterministic. One plan is needed per moment
-the picture changes: each run's end, and, while urgent/high jobs preempt, one wave of at most
-`max_preempting_jobs_per_plan` preemptions per grace period. Coarser steps (several events
-per plan) were tried and rejected: they cut the preemption waves and with them the high
-jobs' starts by hours (measured with a prototype, BENCHMARKS.md "Cost of one estimate").
+The budget is not in seconds, so the answer is deterministic. One plan per moment the picture
+changes is exact but costs a plan per run end — at 1,024 GPUs about one per 20 s of cluster
+time, and thousands to reach the end of a 5,000-job queue (~1 min). So once half the budget is
+spent the steps turn coarse, as Slurm's backfill works at a time resolution: each plan also
+takes in every run and booking ending until the distance from now has grown by
+`COARSE_GROWTH` (10 %: an estimate a day ahead is coarser than one an hour ahead, as its
+inputs are), a job it starts is dated to when its GPUs free, and it may make as many
+priority-preemption waves (`max_preempting_jobs_per_plan` each) as the grace periods the step
+stands for — without that, coarse steps starve high-priority jobs by hours (BENCHMARKS.md).
+A lab-sized queue is resolved exactly to its end long before half the budget.
 
 Jobs submitted later are unknown, so the estimate is what would happen if nobody else
 submitted — optimistic for low ranks under fair share, as Slurm's is.
@@ -51,9 +56,13 @@ from scheduler.quota import QuotaBook
 from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run, RunKind, Snapshot
 
 # The budget of one estimate in job-plans (each plan counts the queued jobs it orders): about
-# 100 plans, 2 s of CPU, at 1,024 GPUs and 5,000 queued (BENCHMARKS.md); a lab-sized queue
-# reaches its end or `max_plans` first.
+# 2 s of CPU at 1,024 GPUs and 5,000 queued (BENCHMARKS.md); a lab-sized queue reaches its end
+# or `max_plans` first.
 PLAN_BUDGET = 500_000
+# Once this share of the budget is spent, steps turn coarse: each takes in what happens until
+# the distance from now has grown by this factor (module docstring).
+EXACT_SHARE = 0.5
+COARSE_GROWTH = 1.1
 
 
 class WaitReason(StrEnum):
@@ -171,6 +180,11 @@ def estimate_starts(
     reservations_tuple = tuple(reservations.values())
     horizon_end_s = now_s + horizon_s
     spent = 0
+    # A coarse step takes in every run and booking ending up to `step_end_s` (its GPUs were
+    # free since `free_since`); an exact step ends where it starts.
+    step_end_s = now_s
+    free_since: dict[Id, float] = {}
+    preempting = policy.max_preempting_jobs_per_plan
     for _ in range(max_plans):
         if not queued or t > horizon_end_s or spent >= budget:
             break
@@ -179,7 +193,12 @@ def estimate_starts(
             queued_jobs=tuple(queued.values()), runs=tuple(runs.values()),
             usage=snapshot.usage, teams=snapshot.teams,
         )
-        result = plan_detailed(state, to_instant(t), policy, cache=cache)
+        # A coarse step stands for one plan per grace period: as many preemption waves.
+        waves = int((step_end_s - t) // policy.grace_s)
+        step_policy = policy if waves <= 1 else replace(
+            policy, max_preempting_jobs_per_plan=preempting * waves
+        )
+        result = plan_detailed(state, to_instant(t), step_policy, cache=cache)
         spent += len(state.queued_jobs)
         for action in result.actions:
             if isinstance(action, Start):
@@ -187,10 +206,15 @@ def estimate_starts(
                 run_id = new_run_id(next_run_id)
                 job = queued.pop(action.job_id, None)
                 if action.kind == RunKind.BACKFILL and job is not None:
-                    started_at.setdefault(job.id, t)
+                    # Once its GPUs are free: after a coarse step, maybe later than `t`.
+                    start_s = max(t, *(free_since.get(gpu_id, t) for gpu_id in action.gpu_ids))
+                    started_at.setdefault(job.id, start_s)
                     estimate_s = job.estimated_duration_s or policy.default_estimate_s
                     team, user, priority = job.team, job.user, job.priority
+                    estimated_end = to_instant(start_s + estimate_s)
                 else:
+                    start_s = t
+                    estimated_end = action.estimated_end
                     estimate_s = INFINITY  # a reserved run holds its slot to the end
                     slot = reservations.get(action.reservation_id)
                     team = slot.team if slot else ""
@@ -200,12 +224,12 @@ def estimate_starts(
                         started_at.setdefault(job.id, t)
                 run = Run(
                     id=run_id, job_id=action.job_id, gpu_ids=action.gpu_ids, kind=action.kind,
-                    started_at=to_instant(t), team=team, user=user,
+                    started_at=to_instant(start_s), team=team, user=user,
                     reservation_id=action.reservation_id, must_end_by=action.must_end_by,
-                    estimated_end=action.estimated_end, priority=priority,
+                    estimated_end=estimated_end, priority=priority,
                 )
                 runs[run_id] = run
-                ends[run_id] = min(t + estimate_s, optional_seconds(action.must_end_by))
+                ends[run_id] = min(start_s + estimate_s, optional_seconds(action.must_end_by))
             elif isinstance(action, Stop):
                 runs[action.run_id] = replace(runs[action.run_id], stop_requested_at=to_instant(t))
                 ends[action.run_id] = min(ends[action.run_id], t + action.grace_s)
@@ -229,13 +253,20 @@ def estimate_starts(
         if upcoming == INFINITY:
             t = None  # nothing will ever change: the jobs still queued never start
             break
-        t = upcoming
-        for run_id in sorted((run_id for run_id, end_s in ends.items() if end_s <= t), key=str):
+        # Nothing inside a coarse step already taken in is planned on its own.
+        t = step_end_s = max(upcoming, step_end_s)
+        if spent >= budget * EXACT_SHARE:
+            step_end_s = max(t, now_s + COARSE_GROWTH * max(t - now_s, policy.grace_s))
+        for run_id in sorted((run_id for run_id, end_s in ends.items() if end_s <= step_end_s), key=str):
+            for gpu_id in runs[run_id].gpu_ids:
+                free_since[gpu_id] = ends[run_id]
             del ends[run_id]
             del runs[run_id]
-        gone = [reservation_id for reservation_id, end_s in reservation_ends.items() if end_s <= t]
+        gone = [reservation_id for reservation_id, end_s in reservation_ends.items() if end_s <= step_end_s]
         if gone:
             for reservation_id in gone:
+                for gpu_id in reservations[reservation_id].gpu_ids:
+                    free_since[gpu_id] = max(free_since.get(gpu_id, t), reservation_ends[reservation_id])
                 del reservations[reservation_id]
                 del reservation_ends[reservation_id]
             reservations_tuple = tuple(reservations.values())
