@@ -20,7 +20,10 @@
    the preview's roll-forward `until_started` for the 10th job of the queue and the middle
    one (a job with no start within the budget costs the whole roll-forward).
 
-    .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue|cost]
+4. **Coarse steps against exact** (`--only coarse`): the default estimate at the base scale
+   against the exact roll-forward (one plan per event, no budget), by the exact wait.
+
+    .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue|cost|coarse]
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def print_runtime() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["runtime", "queue", "cost"])
+    parser.add_argument("--only", choices=["runtime", "queue", "cost", "coarse"])
     arguments = parser.parse_args()
     if not TRACES_DIR.exists():
         print(f"traces not found: {TRACES_DIR}", file=sys.stderr)
@@ -116,6 +119,8 @@ def main() -> int:
         print_queue()
     if arguments.only in (None, "cost"):
         print_cost()
+    if arguments.only in (None, "coarse"):
+        print_coarse_error()
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 
@@ -231,6 +236,34 @@ def print_cost() -> None:
             print(f"| {name} {sizes} | {plan_s:.3f} | {label} | {estimate_s:.2f} / {cpu_s:.2f} "
                   f"| {estimate_s / plan_s:.0f}x | {found:,} of {len(estimates):,} "
                   f"| {len(bounded):,}{reached} | {preview_s[0]:.2f} / {preview_s[1]:.2f} |")
+
+
+def print_coarse_error() -> None:
+    """How far the default estimate (coarse past half its budget) is from the exact roll-forward
+    (one plan per event, no budget: ~1 min) at the base scale, by the exact wait."""
+    from benchmarks.scheduler_plan import NOW, build_snapshot
+    from scheduler.queue_estimates import estimate_starts
+
+    snapshot = build_snapshot(1024, 5000, 2000, seed=1)
+    policy = Policy()
+    started = time.process_time()
+    exact = estimate_starts(snapshot, NOW, policy, max_plans=sys.maxsize, budget=sys.maxsize)
+    exact_s = time.process_time() - started
+    default = estimate_starts(snapshot, NOW, policy)
+    print(f"\nexact roll-forward at the base scale: {exact_s:.0f} s CPU, "
+          f"{sum(e.estimated_start is not None for e in exact.values()):,} jobs with a start")
+    print("\n| exact wait | jobs | default's start − exact start, median (min) | p10 | p90 |"
+          "\n|---|---|---|---|---|")
+    for low_h, high_h in ((0, 1), (1, 3), (3, 6), (6, 24), (24, 14 * 24)):
+        errors = [
+            (default[job_id].estimated_start - estimate.estimated_start) / 60
+            for job_id, estimate in exact.items()
+            if estimate.estimated_start is not None and default[job_id].estimated_start is not None
+            and low_h * 3600 <= estimate.estimated_start - NOW < high_h * 3600
+        ]
+        if errors:
+            print(f"| {low_h}–{high_h} h | {len(errors):,} | {percentile(errors, 0.5):.0f} "
+                  f"| {percentile(errors, 0.1):.0f} | {percentile(errors, 0.9):.0f} |")
 
 
 # The roll-forward's only limit before it had a budget (issue #18 item 2 as first merged); still
