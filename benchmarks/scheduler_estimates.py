@@ -15,11 +15,15 @@
 3. **Cost of one estimate** (what each stored refresh, and each preview on the submit form,
    pays): `estimate_starts` over the whole queue on `benchmarks/scheduler_plan.py`'s snapshots
    (small: 64 GPUs, 200 queued, 100 bookings; base: 1,024 GPUs, 5,000 queued, 2,000
-   bookings), against one `plan()` on the same snapshot (the baseline: the estimate is many);
-   and the preview's roll-forward `until_started` for the 10th job of the queue and the middle
-   one (a job with no start within the 500 plans costs the whole roll-forward).
+   bookings), against one `plan()` on the same snapshot (the baseline: the estimate is many),
+   with the earlier budget (500 plans) and the current one (`MAX_PLANS`), back to back; and
+   the preview's roll-forward `until_started` for the 10th job of the queue and the middle
+   one (a job with no start within the budget costs the whole roll-forward).
 
-    .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue|cost]
+4. **Coarse steps against exact** (`--only coarse`): the default estimate at the base scale
+   against the exact roll-forward (one plan per event, no budget), by the exact wait.
+
+    .venv/bin/python benchmarks/scheduler_estimates.py [--only runtime|queue|cost|coarse]
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ def print_runtime() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["runtime", "queue", "cost"])
+    parser.add_argument("--only", choices=["runtime", "queue", "cost", "coarse"])
     arguments = parser.parse_args()
     if not TRACES_DIR.exists():
         print(f"traces not found: {TRACES_DIR}", file=sys.stderr)
@@ -115,6 +119,8 @@ def main() -> int:
         print_queue()
     if arguments.only in (None, "cost"):
         print_cost()
+    if arguments.only in (None, "coarse"):
+        print_coarse_error()
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 
@@ -191,32 +197,78 @@ def print_queue() -> None:
 
 
 def print_cost() -> None:
+    import os
+
     from benchmarks.scheduler_plan import NOW, build_snapshot
     from scheduler import plan
-    from scheduler.queue_estimates import estimate_starts, queue_positions
+    from scheduler.queue_estimates import PLAN_BUDGET, estimate_starts, queue_positions
 
-    print("\n| snapshot | one plan() (s) | estimate_starts (s) | ratio | jobs with a start "
-          "| preview of the 10th / median job (s) |\n|---|---|---|---|---|---|")
+    print(f"\nload average {os.getloadavg()[0]:.1f}; before = {BEFORE_MAX_PLANS} plans, no "
+          f"budget (the earlier default); after = the defaults, {BEFORE_MAX_PLANS} plans and a "
+          f"budget of {PLAN_BUDGET:,} job-plans")
+    print("\n| snapshot | one plan() (s) | budget | estimate_starts, wall / CPU (s) | ratio "
+          "| jobs with a start "
+          "| jobs with a bound (not before) | preview of the 10th / median job (s) |"
+          "\n|---|---|---|---|---|---|---|---|")
     for name, sizes in (("small", (64, 200, 100)), ("base", (1024, 5000, 2000))):
         snapshot = build_snapshot(*sizes, seed=1)
         policy = Policy()
         started = time.perf_counter()
         plan(snapshot, NOW, policy)
         plan_s = time.perf_counter() - started
-        started = time.perf_counter()
-        estimates = estimate_starts(snapshot, NOW, policy)
-        estimate_s = time.perf_counter() - started
-        found = sum(estimate.estimated_start is not None for estimate in estimates.values())
-        # The submit form's preview (`until_started`) for the 10th job of the queue and the middle one.
         positions = queue_positions(snapshot, NOW, policy)
         ranked = sorted(positions, key=positions.get)
-        preview_s = []
-        for job_id in (ranked[9], ranked[len(ranked) // 2]):
-            started = time.perf_counter()
-            estimate_starts(snapshot, NOW, policy, until_started=job_id)
-            preview_s.append(time.perf_counter() - started)
-        print(f"| {name} {sizes} | {plan_s:.3f} | {estimate_s:.2f} | {estimate_s / plan_s:.0f}x "
-              f"| {found:,} of {len(estimates):,} | {preview_s[0]:.2f} / {preview_s[1]:.2f} |")
+        for label, budget in (("before", sys.maxsize), ("after", PLAN_BUDGET)):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            estimates = estimate_starts(snapshot, NOW, policy, budget=budget)
+            estimate_s = time.perf_counter() - started
+            cpu_s = time.process_time() - cpu_started
+            found = sum(estimate.estimated_start is not None for estimate in estimates.values())
+            bounded = [estimate.not_before for estimate in estimates.values() if estimate.not_before]
+            reached = f" ({(min(bounded) - NOW) / 60:.0f} min ahead)" if bounded else ""
+            # The submit form's preview (`until_started`) for the 10th job of the queue and the
+            # middle one.
+            preview_s = []
+            for job_id in (ranked[9], ranked[len(ranked) // 2]):
+                started = time.perf_counter()
+                estimate_starts(snapshot, NOW, policy, budget=budget, until_started=job_id)
+                preview_s.append(time.perf_counter() - started)
+            print(f"| {name} {sizes} | {plan_s:.3f} | {label} | {estimate_s:.2f} / {cpu_s:.2f} "
+                  f"| {estimate_s / plan_s:.0f}x | {found:,} of {len(estimates):,} "
+                  f"| {len(bounded):,}{reached} | {preview_s[0]:.2f} / {preview_s[1]:.2f} |")
+
+
+def print_coarse_error() -> None:
+    """How far the default estimate (coarse past half its budget) is from the exact roll-forward
+    (one plan per event, no budget: ~1 min) at the base scale, by the exact wait."""
+    from benchmarks.scheduler_plan import NOW, build_snapshot
+    from scheduler.queue_estimates import estimate_starts
+
+    snapshot = build_snapshot(1024, 5000, 2000, seed=1)
+    policy = Policy()
+    started = time.process_time()
+    exact = estimate_starts(snapshot, NOW, policy, max_plans=sys.maxsize, budget=sys.maxsize)
+    exact_s = time.process_time() - started
+    default = estimate_starts(snapshot, NOW, policy)
+    print(f"\nexact roll-forward at the base scale: {exact_s:.0f} s CPU, "
+          f"{sum(e.estimated_start is not None for e in exact.values()):,} jobs with a start")
+    print("\n| exact wait | jobs | default's start − exact start, median (min) | p10 | p90 |"
+          "\n|---|---|---|---|---|")
+    for low_h, high_h in ((0, 1), (1, 3), (3, 6), (6, 24), (24, 14 * 24)):
+        errors = [
+            (default[job_id].estimated_start - estimate.estimated_start) / 60
+            for job_id, estimate in exact.items()
+            if estimate.estimated_start is not None and default[job_id].estimated_start is not None
+            and low_h * 3600 <= estimate.estimated_start - NOW < high_h * 3600
+        ]
+        if errors:
+            print(f"| {low_h}–{high_h} h | {len(errors):,} | {percentile(errors, 0.5):.0f} "
+                  f"| {percentile(errors, 0.1):.0f} | {percentile(errors, 0.9):.0f} |")
+
+
+# The roll-forward's only limit before it had a budget (issue #18 item 2 as first merged); still
+# `max_plans`' default.
+BEFORE_MAX_PLANS = 500
 
 
 if __name__ == "__main__":

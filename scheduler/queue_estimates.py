@@ -8,7 +8,25 @@ slots and end at the slot's end), the running jobs (each ends at its `estimated_
 `must_end_by`), and the queued jobs (each runs for its estimate, or the default, once
 started). Between plans the clock jumps to the next moment the picture changes: a run's
 predicted end, a reservation's end, or the plan's own `next_wakeup`. A job's estimated start
-is the first plan that starts it; None if none does within `horizon_s` (or `max_plans`).
+is the first plan that starts it. The roll-forward stops past `horizon_s`, after `max_plans`
+plans, or once its `budget` is spent: plans counted by the queued jobs each one orders (the
+part of plan() that grows with the queue), so a lab-sized queue gets hundreds of plans and a
+5,000-job queue about a hundred, at about the same cost. A job not started by then gets no
+estimate but a bound that is true of the rolled-forward cluster, `not_before`: the time the
+roll-forward had reached (nothing could start it earlier). A job that nothing will ever
+start (no run or booking left to end, no timer) gets neither.
+
+The budget is not in seconds, so the answer is deterministic. One plan per moment the picture
+changes is exact but costs a plan per run end — at 1,024 GPUs about one per 20 s of cluster
+time, and thousands to reach the end of a 5,000-job queue (~1 min). So once half the budget is
+spent the steps turn coarse, as Slurm's backfill works at a time resolution: each plan also
+takes in every run and booking ending until the distance from now has grown by
+`COARSE_GROWTH` (10 %: an estimate a day ahead is coarser than one an hour ahead, as its
+inputs are), a job it starts is dated to when its GPUs free, and it may make as many
+priority-preemption waves (`max_preempting_jobs_per_plan` each) as the grace periods the step
+stands for — without that, coarse steps starve high-priority jobs by hours (BENCHMARKS.md).
+A lab-sized queue is resolved exactly to its end long before half the budget.
+
 Jobs submitted later are unknown, so the estimate is what would happen if nobody else
 submitted — optimistic for low ranks under fair share, as Slurm's is.
 
@@ -36,6 +54,15 @@ from scheduler.policy import DAY_S, DEFAULT_POLICY, Policy
 from scheduler.queue_order import CANDIDATE, order_queue
 from scheduler.quota import QuotaBook
 from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run, RunKind, Snapshot
+
+# The budget of one estimate in job-plans (each plan counts the queued jobs it orders): about
+# 2 s of CPU at 1,024 GPUs and 5,000 queued (BENCHMARKS.md); a lab-sized queue reaches its end
+# or `max_plans` first.
+PLAN_BUDGET = 500_000
+# Once this share of the budget is spent, steps turn coarse: each takes in what happens until
+# the distance from now has grown by this factor (module docstring).
+EXACT_SHARE = 0.5
+COARSE_GROWTH = 1.1
 
 
 class WaitReason(StrEnum):
@@ -70,6 +97,9 @@ class QueueEstimate:
     wait_reason: WaitReason
     # The booking whose start keeps the idle GPUs from it (BOOKING_AHEAD only).
     blocking_reservation_id: Id | None = None
+    # No start found, but the roll-forward stopped (plan budget or horizon) before it could
+    # tell: the job starts no earlier than this. None with no start: it never starts.
+    not_before: Instant | None = None
 
 
 def _predicted_end_s(run: Run, now_s: float, policy: Policy) -> float:
@@ -115,11 +145,12 @@ def estimate_starts(
     *,
     horizon_s: float = 14 * DAY_S,
     max_plans: int = 500,
+    budget: int = PLAN_BUDGET,
     until_started: Id | None = None,
 ) -> dict[Id, QueueEstimate]:
     """`until_started`: stop rolling forward once that job has started (the submit form's
     preview needs one job's start; later plans cannot change it). Other jobs' estimates are
-    then only those found by that time."""
+    then only those found by that time, and the rest get that time as their `not_before`."""
     now_s = to_seconds(now)
     to_instant = converter_like(now)
     positions = queue_positions(snapshot, now_s, policy)
@@ -131,6 +162,7 @@ def estimate_starts(
     ends: dict[Id, float] = {run.id: _predicted_end_s(run, now_s, policy) for run in runs.values()}
     queued: dict[Id, QueuedJob] = dict(waiting)
     reservations = {item.id: item for item in snapshot.reservations}
+    reservation_ends = {item.id: to_seconds(item.end) for item in snapshot.reservations}
     started_at: dict[Id, float] = {}
     cache = IndexCache()
     next_run_id = 0
@@ -144,27 +176,45 @@ def estimate_starts(
 
         def new_run_id(number: int) -> Id:
             return f"~estimate-{number:09d}"
-    t = now_s
+    t: float | None = now_s
     reservations_tuple = tuple(reservations.values())
+    horizon_end_s = now_s + horizon_s
+    spent = 0
+    # A coarse step takes in every run and booking ending up to `step_end_s` (its GPUs were
+    # free since `free_since`); an exact step ends where it starts.
+    step_end_s = now_s
+    free_since: dict[Id, float] = {}
+    preempting = policy.max_preempting_jobs_per_plan
     for _ in range(max_plans):
-        if not queued or t > now_s + horizon_s:
+        if not queued or t > horizon_end_s or spent >= budget:
             break
         state = Snapshot(
             gpus=snapshot.gpus, reservations=reservations_tuple,
             queued_jobs=tuple(queued.values()), runs=tuple(runs.values()),
             usage=snapshot.usage, teams=snapshot.teams,
         )
-        result = plan_detailed(state, to_instant(t), policy, cache=cache)
+        # A coarse step stands for one plan per grace period: as many preemption waves.
+        waves = int((step_end_s - t) // policy.grace_s)
+        step_policy = policy if waves <= 1 else replace(
+            policy, max_preempting_jobs_per_plan=preempting * waves
+        )
+        result = plan_detailed(state, to_instant(t), step_policy, cache=cache)
+        spent += len(state.queued_jobs)
         for action in result.actions:
             if isinstance(action, Start):
                 next_run_id += 1
                 run_id = new_run_id(next_run_id)
                 job = queued.pop(action.job_id, None)
                 if action.kind == RunKind.BACKFILL and job is not None:
-                    started_at.setdefault(job.id, t)
+                    # Once its GPUs are free: after a coarse step, maybe later than `t`.
+                    start_s = max(t, *(free_since.get(gpu_id, t) for gpu_id in action.gpu_ids))
+                    started_at.setdefault(job.id, start_s)
                     estimate_s = job.estimated_duration_s or policy.default_estimate_s
                     team, user, priority = job.team, job.user, job.priority
+                    estimated_end = to_instant(start_s + estimate_s)
                 else:
+                    start_s = t
+                    estimated_end = action.estimated_end
                     estimate_s = INFINITY  # a reserved run holds its slot to the end
                     slot = reservations.get(action.reservation_id)
                     team = slot.team if slot else ""
@@ -174,12 +224,12 @@ def estimate_starts(
                         started_at.setdefault(job.id, t)
                 run = Run(
                     id=run_id, job_id=action.job_id, gpu_ids=action.gpu_ids, kind=action.kind,
-                    started_at=to_instant(t), team=team, user=user,
+                    started_at=to_instant(start_s), team=team, user=user,
                     reservation_id=action.reservation_id, must_end_by=action.must_end_by,
-                    estimated_end=action.estimated_end, priority=priority,
+                    estimated_end=estimated_end, priority=priority,
                 )
                 runs[run_id] = run
-                ends[run_id] = min(t + estimate_s, optional_seconds(action.must_end_by))
+                ends[run_id] = min(start_s + estimate_s, optional_seconds(action.must_end_by))
             elif isinstance(action, Stop):
                 runs[action.run_id] = replace(runs[action.run_id], stop_requested_at=to_instant(t))
                 ends[action.run_id] = min(ends[action.run_id], t + action.grace_s)
@@ -188,27 +238,41 @@ def estimate_starts(
                 ends.pop(action.run_id, None)
             elif isinstance(action, Release):
                 reservations.pop(action.reservation_id, None)
+                reservation_ends.pop(action.reservation_id, None)
                 reservations_tuple = tuple(reservations.values())
         if not queued or until_started in started_at:
             break
-        upcoming = [end_s for end_s in ends.values() if end_s > t]
-        upcoming += [
-            to_seconds(item.end) for item in reservations.values() if to_seconds(item.end) > t
-        ]
+        # The next moment the picture changes: a run's predicted end, a booking's end, or
+        # a time this plan itself names (a stop or kill due, a slot starting, a no-show).
+        upcoming = min(
+            (moment for moment in (*ends.values(), *reservation_ends.values()) if moment > t),
+            default=INFINITY,
+        )
         if result.next_wakeup is not None:
-            upcoming.append(to_seconds(result.next_wakeup))
-        if not upcoming:
+            upcoming = min(upcoming, to_seconds(result.next_wakeup))
+        if upcoming == INFINITY:
+            t = None  # nothing will ever change: the jobs still queued never start
             break
-        t = min(upcoming)
-        for run_id in sorted((run_id for run_id, end_s in ends.items() if end_s <= t), key=str):
+        # Nothing inside a coarse step already taken in is planned on its own.
+        t = step_end_s = max(upcoming, step_end_s)
+        if spent >= budget * EXACT_SHARE:
+            step_end_s = max(t, now_s + COARSE_GROWTH * max(t - now_s, policy.grace_s))
+        for run_id in sorted((run_id for run_id, end_s in ends.items() if end_s <= step_end_s), key=str):
+            for gpu_id in runs[run_id].gpu_ids:
+                free_since[gpu_id] = ends[run_id]
             del ends[run_id]
             del runs[run_id]
-        gone = [item.id for item in reservations.values() if to_seconds(item.end) <= t]
+        gone = [reservation_id for reservation_id, end_s in reservation_ends.items() if end_s <= step_end_s]
         if gone:
             for reservation_id in gone:
+                for gpu_id in reservations[reservation_id].gpu_ids:
+                    free_since[gpu_id] = max(free_since.get(gpu_id, t), reservation_ends[reservation_id])
                 del reservations[reservation_id]
+                del reservation_ends[reservation_id]
             reservations_tuple = tuple(reservations.values())
 
+    # Jobs not started by the time the roll-forward stopped start later than that, if ever.
+    not_before = None if t is None else to_instant(t)
     estimates = {}
     for job_id, position in positions.items():
         reason, blocking = reasons[job_id]
@@ -221,9 +285,9 @@ def estimate_starts(
             estimated_start=None if start_s is None else to_instant(start_s),
             wait_reason=reason,
             blocking_reservation_id=blocking,
+            not_before=not_before if start_s is None else None,
         )
     return estimates
-
 
 
 def _wait_reasons(

@@ -56,6 +56,8 @@ class StartPreview:
     position: int | None  # None for a job that runs in a booking
     estimated_start: dt.datetime | None
     wait_reason: str
+    # No start found within the estimate's budget: it starts no earlier than this.
+    not_before: dt.datetime | None = None
 
 
 def queue_estimate_preview(
@@ -71,7 +73,9 @@ def queue_estimate_preview(
         estimate = None
         if job.reservation_id is None:
             snapshot = build_snapshot(now=now, policy=policy)
-            estimate = scheduler.estimate_starts(snapshot, now, policy, until_started=job.pk).get(job.pk)
+            estimate = scheduler.estimate_starts(
+                snapshot, now, policy, budget=settings.GPUBOOK_QUEUE_ESTIMATE_BUDGET, until_started=job.pk
+            ).get(job.pk)
         booking = job.reservation
         transaction.set_rollback(True)
     if booking is not None:
@@ -80,4 +84,5 @@ def queue_estimate_preview(
         job=job, position=estimate.position if estimate else None,
         estimated_start=estimate.estimated_start if estimate else None,
         wait_reason=estimate.wait_reason.sentence if estimate else "",
+        not_before=estimate.not_before if estimate else None,
     )

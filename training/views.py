@@ -137,7 +137,8 @@ def _start_estimate(request: HttpRequest) -> dict:
     except (DomainError, ValueError) as problem:
         return {"estimate_problem": getattr(problem, "detail", "Choose a booking from the list.")}
     job = preview.job
-    wait_s = (preview.estimated_start - now).total_seconds() if preview.estimated_start else 0
+    moment = preview.estimated_start or preview.not_before
+    wait_s = (moment - now).total_seconds() if moment else 0
     return {"estimate": preview, "runtime_words": duration_words(
         job.predicted_duration_s or scheduler.DEFAULT_POLICY.default_estimate_s
     ), "wait_words": duration_words(wait_s) if wait_s >= 60 else ""}

@@ -109,6 +109,33 @@ def test_the_submit_form_shows_the_estimate_the_scheduler_then_stores(world):  #
     assert job.estimated_start == now + H and job.queue_position == 1
 
 
+def test_the_submit_form_says_not_before_when_the_estimate_stops_short(world, settings):  # noqa: F811
+    """Past the estimate's budget the draft gets no start but the time the roll-forward
+    reached, in words: here one plan (now) starts nothing, and nothing changes before the
+    running job's predicted end."""
+    import yaml
+    from django.utils import timezone
+
+    settings.GPUBOOK_QUEUE_ESTIMATE_BUDGET = 1  # one plan with the draft queued
+    now = timezone.now().replace(microsecond=0)  # pages read the clock
+    submit(world, whole_node("first", "60m"), now=now)
+    tick(world, now)  # the first job holds both GPUs for its hour
+    shown = client_for(world["user"]).post(
+        "/jobs/estimate/", {"spec_yaml": yaml.safe_dump(whole_node("draft", "30m")), "reservation": ""}
+    ).content.decode()
+    text = " ".join(shown.split())
+    local = timezone.localtime(now + H, timezone.get_current_timezone())
+    assert f"<strong>not before {local:%a} {local.day} {local:%b %H:%M}</strong> (in " in text
+    assert "position 1 in the queue; the estimate looks no further ahead." in text
+    assert "Estimated start" not in text
+
+    settings.GPUBOOK_QUEUE_ESTIMATE_BUDGET = 2  # one more plan reaches that end: a start
+    shown = client_for(world["user"]).post(
+        "/jobs/estimate/", {"spec_yaml": yaml.safe_dump(whole_node("draft", "30m")), "reservation": ""}
+    ).content.decode()
+    assert "Estimated start" in shown and "not before" not in shown
+
+
 def test_the_submit_form_estimate_for_a_booking_is_its_start(world):  # noqa: F811
     import yaml
     from django.utils import timezone
