@@ -114,6 +114,8 @@ class TrainingJob(models.Model):
     # The queue as people read it (training/queue.py): refreshed by the scheduler, read by pages and the API.
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+    # No start found within the estimate's budget: the time the roll-forward reached, a lower bound.
+    estimate_not_before = models.DateTimeField(null=True, blank=True)
     wait_reason = models.CharField(max_length=300, blank=True)
     estimated_at = models.DateTimeField(null=True, blank=True)
     # The run time backfill plans with (training/runtime.py): predicted at submit, with its source.

@@ -59,6 +59,7 @@ def queue_for(*, user: AbstractBaseUser) -> list[dict]:
         rows.append({
             "job": job if visible else None, "position": job.queue_position, "gpus": job.gpus_needed,
             "priority": job.get_priority_display(), "estimated_start": job.estimated_start,
+            "not_before": job.estimate_not_before,
             "wait_reason": job.wait_reason, "submitted_at": job.submitted_at,
         })
     return rows

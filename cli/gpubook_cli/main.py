@@ -271,7 +271,9 @@ def jobs_table(rows: list[dict], *, with_estimate: bool = False) -> Table:
         cells = [str(j["id"]), j["name"], j["team"], j["user"], j["state"], j["priority"], str(j["gpus_needed"]),
                  f"#{j['reservation']}" if j.get("reservation") else "queue", epochs, local(j["submitted_at"])]
         if with_estimate:
-            cells.append(local(j.get("estimated_start")))
+            bound = j.get("estimate_not_before")
+            cells.append(local(j["estimated_start"]) if j.get("estimated_start")
+                         else f"not before {local(bound)}" if bound else local(None))
         table.add_row(*cells)
     return table
 
