@@ -35,8 +35,8 @@ class JobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = ["id", "name", "team", "user", "image", "state", "reason", "priority", "gpus_needed", "reservation",
                   "epochs_done", "epochs_total", "checkpoint_path", "times_preempted", "submitted_at", "finished_at",
-                  "spec", "then", "then_team", "waiting_for", "queue_position", "estimated_start", "estimate_not_before", "wait_reason",
-                  "predicted_duration_s", "runtime_source"]
+                  "spec", "then", "then_team", "waiting_for", "queue_position", "estimated_start",
+                  "estimate_not_before", "wait_reason", "predicted_duration_s", "runtime_source"]
 
 
 class MetricSerializer(serializers.ModelSerializer):
