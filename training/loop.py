@@ -1,5 +1,6 @@
 """One scheduler tick, the same for Celery and the embedded loop: reconcile, then the
-watchdog (idle bookings, run anomalies), then record how long it took and how late it began.
+watchdog (idle bookings, run anomalies), then record how long it took and how late it began,
+then — when due — the queue's stored estimates.
 
 The embedded loop (`manage.py scheduler`) repeats ticks with `run_until_stopped`; SIGTERM
 (or Ctrl-C) only sets a flag, so the tick under way always finishes before the loop returns."""
@@ -12,7 +13,8 @@ from collections.abc import Callable, Iterator
 
 from gpus.metrics import observe_tick
 from training.executors.base import Executor
-from training.reconcile import TickReport, reconcile
+from training.queue import queue_estimates_refresh
+from training.reconcile import TickReport, policy_from_settings, reconcile
 from training.watchdog import watchdog_tick
 
 # How often a sleeping loop looks at the stop flag: a stop waits at most this long.
@@ -28,6 +30,11 @@ def scheduler_tick(*, now: dt.datetime, executor: Executor, due: dt.datetime | N
     watchdog_tick(now=now)
     lateness = (now - due).total_seconds() if due is not None else 0.0
     observe_tick(duration_s=time.monotonic() - began, lateness_s=lateness, now=now)
+    # Outside reconcile's lock and after the tick is timed: rolling the queue forward costs
+    # seconds on a large cluster (BENCHMARKS.md, "Cost of one estimate") and must never delay
+    # a slot edge. It reads a fresh snapshot and writes only the estimate columns, so two
+    # overlapping refreshes (beat and ETA ticks) at worst repeat work.
+    queue_estimates_refresh(now=now, policy=policy_from_settings())
     return report
 
 

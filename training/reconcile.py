@@ -12,9 +12,11 @@ Steps (STYLE.md habit 5; each can crash and the next tick repairs it):
 5. plan: snapshot the database → `scheduler.plan_detailed(snapshot, now, policy)`;
 6. apply each action: claim it in the database with compare-and-set and commit, then call
    the executor — never inside a transaction;
-7. notices that depend only on the clock (slot ending soon, waiting too long);
-8. the queue as people read it: every queued job's position, estimated start and why it
-   waits, after this tick's actions (`training.queue`, at most every GPUBOOK_QUEUE_ESTIMATE_SECONDS).
+7. notices that depend only on the clock (slot ending soon, waiting too long).
+
+The queue as people read it (every queued job's position, estimated start and why it waits,
+`training.queue`) is refreshed by the loop's tick (`training.loop.scheduler_tick`) after this
+one returns, outside its lock: it can take seconds on a large cluster.
 
 The rooms around it: `training.snapshot` (database → snapshot), `training.launch` (claimed
 run → RunSpec → executor), `training.run_state` (every change of a run's state),
@@ -44,7 +46,6 @@ from training.continuation import jobs_continue
 from training.executors.base import Executor, ExecutorError, ObservedRun
 from training.launch import launch, run_claim
 from training.models import Run, TrainingJob, WaitingFor
-from training.queue import queue_estimates_refresh
 from training.run_state import (
     notify_run,
     preemption_reason,
@@ -124,7 +125,6 @@ def reconcile(*, now: dt.datetime, executor: Executor, policy: scheduler.Policy 
         result = scheduler.plan_detailed(build_snapshot(now=now, policy=policy), now, policy)  # 5
         apply_actions(result.actions, executor=executor, now=now, report=report)  # 6
         notify_progress(now=now, policy=policy)  # 7
-        queue_estimates_refresh(now=now, policy=policy)  # 8
         report.next_wakeup = result.next_wakeup
         return report
 

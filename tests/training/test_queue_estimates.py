@@ -1,6 +1,6 @@
-"""The queue as people read it (training/queue.py): reconcile stores each queued job's
-position, estimated start and why it waits, from the scheduler's own plan rolled forward;
-the job API, the job page and the queue page read the stored figures."""
+"""The queue as people read it (training/queue.py): the scheduler tick stores each queued
+job's position, estimated start and why it waits, from the scheduler's own plan rolled
+forward; the job API, the job page and the queue page read the stored figures."""
 
 import datetime as dt
 
@@ -8,10 +8,18 @@ from django.contrib.auth import get_user_model
 
 from reservations.models import Membership, Team
 from tests.support import client_for
-from tests.training.test_reconcile_ticks import START, command_spec, submit, tick, world  # noqa: F401
+from tests.training.test_reconcile_ticks import START, command_spec, submit, world  # noqa: F401
+from training.loop import scheduler_tick
 from training.models import Run, TrainingJob
 
 H = dt.timedelta(hours=1)
+
+
+def tick(world, now):  # noqa: F811
+    """The real caller: the loop's tick (reconcile, watchdog, then the estimates when due)."""
+    report = scheduler_tick(now=now, executor=world["executor"])
+    assert not report.skipped and not report.errors, report.errors
+    return report
 
 
 def whole_node(name, duration):
