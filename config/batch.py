@@ -12,6 +12,7 @@ import decimal
 import json
 import uuid
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import QuerySet
 from django.db.models.query import ValuesIterable
@@ -52,7 +53,11 @@ def fetch_together(*querysets: QuerySet) -> list[list[dict]]:
     for queryset in querysets:
         query = queryset.query
         compiler = query.get_compiler(using=queryset.db)
-        sql, query_params = compiler.as_sql()
+        try:
+            sql, query_params = compiler.as_sql()
+        except EmptyResultSet:  # e.g. `pk__in=[]`: nothing to ask
+            shapes.append(None)
+            continue
         names = [*query.extra_select, *query.values_select, *query.annotation_select]
         # The compiler's select list is in the row's column order (the same zip ValuesIterable does).
         fields = [expression.output_field for expression, _, _ in compiler.select[: compiler.col_count]]
@@ -63,11 +68,18 @@ def fetch_together(*querysets: QuerySet) -> list[list[dict]]:
         parts.append(f"(SELECT {aggregate} FROM ({sql}) AS q({', '.join(columns)}))")  # noqa: S608
         params.extend(query_params)
         shapes.append((names, fields))
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(parts)}", params)
-        row = cursor.fetchone()
+    row = iter(())
+    if parts:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {', '.join(parts)}", params)
+            row = iter(cursor.fetchone())
     results = []
-    for payload, (names, fields) in zip(row, shapes, strict=True):
+    for shape in shapes:
+        if shape is None:
+            results.append([])
+            continue
+        names, fields = shape
+        payload = next(row)
         rows = json.loads(payload) if isinstance(payload, str) else payload
         results.append(
             [
