@@ -141,13 +141,12 @@ def measure(function, ticks: int) -> tuple[list[float], list[int]]:
 
 
 def run_scale(scale: int, ticks: int) -> dict[str, float]:
+    import scheduler
     from gpus.models import Gpu
     from training.loop import scheduler_tick
     from training.models import Run
     from training.reconcile import policy_from_settings, reconcile
     from training.snapshot import build_snapshot
-
-    import scheduler
 
     executor = build(scale)
     clock = {"now": NOW}
