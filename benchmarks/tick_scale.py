@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     for scale in scales:
         fresh_database(DATABASE)
         if scale == scales[0]:
-            django_on(f"{SERVER}/{DATABASE}", GPUBOOK_NOTIFY_ENQUEUE="false")
+            django_on(f"{SERVER}/{DATABASE}", GPUBOOK_NOTIFY_ENQUEUE="false", GPUBOOK_SINGLE_USER="true")
         else:
             from django.db import connections
 

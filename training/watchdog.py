@@ -29,7 +29,8 @@ import math
 import statistics
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q, Window
+from django.db.models.functions import RowNumber
 
 from config.errors import DomainError
 from gpus.models import GpuSample
@@ -217,22 +218,34 @@ def hot_gpus(*, gpu_ids: set[int], now: dt.datetime) -> dict[int, float]:
     return {gpu_id: temperature for gpu_id, temperature in latest.items() if temperature > limit}
 
 
-def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
-    runs = list(
-        Run.objects.filter(state=Run.State.RUNNING, stop_requested_at__isnull=True).select_related("job").order_by("id")
+def latest_epochs(*, run_ids: list[int], count: int) -> dict[int, list[dict]]:
+    """Run id → the values of its last `count` epoch metrics, oldest first. One query for all
+    the running runs (issue #19: it was one per run, every tick)."""
+    newest_first = Window(RowNumber(), partition_by=F("run_id"), order_by=F("id").desc())
+    rows = (
+        RunMetric.objects.filter(run_id__in=run_ids, event="epoch")
+        .annotate(newest=newest_first)
+        .filter(newest__lte=count)
+        .order_by("run_id", "id")
+        .values_list("run_id", "values")
     )
+    epochs: dict[int, list[dict]] = {}
+    for run_id, values in rows:
+        epochs.setdefault(run_id, []).append(values)
+    return epochs
+
+
+def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
+    # The job (with its specs) is read only for a run that is stopped.
+    runs = list(Run.objects.filter(state=Run.State.RUNNING, stop_requested_at__isnull=True).order_by("id"))
     if not runs:
         return
     window = settings.GPUBOOK_ANOMALY_LOSS_WINDOW
     hot = hot_gpus(gpu_ids={gpu_id for run in runs for gpu_id in run.gpu_ids}, now=now)
     limit = settings.GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS
+    epochs = latest_epochs(run_ids=[run.pk for run in runs], count=window + 1)
     for run in runs:
-        recent = list(
-            RunMetric.objects.filter(run=run, event="epoch").order_by("-id").values_list("values", flat=True)[
-                : window + 1
-            ]
-        )
-        reason = loss_anomaly(epochs=list(reversed(recent)), progress=run.progress or {})
+        reason = loss_anomaly(epochs=epochs.get(run.pk, []), progress=run.progress or {})
         # A diverged loss would diverge again from the same checkpoint: hold the job for its
         # owner. A hot GPU is not the job's fault: it resumes in its next slot.
         hold_job = reason is not None
