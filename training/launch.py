@@ -42,7 +42,7 @@ def new_run(
 ) -> Run:
     """The (unsaved) Run for `job` on `gpus` (of one node, in index order)."""
     return Run(
-        job=job, kind=kind, reservation_id=reservation_id, node_id=gpus[0].node_id,
+        job=job, kind=kind, reservation_id=reservation_id, node=gpus[0].node,
         gpu_ids=[gpu.pk for gpu in gpus], gpu_indices=[gpu.index for gpu in gpus], created_at=now,
         must_end_by=must_end_by or now + dt.timedelta(seconds=job.timeout_s or UNBOUNDED_RUN_S),
         estimated_end=estimated_end, preemptible=preemptible, resumed_from=job.checkpoint_path,
@@ -60,9 +60,11 @@ def run_claim(action: scheduler.Start, *, now: dt.datetime) -> Run | None:
                 state=TrainingJob.State.RUNNING
             ):
                 return None
-            job = TrainingJob.objects.select_related("team").get(pk=action.job_id)
+            # With what the launch reads next (its image, its node): not one query each per start.
+            job = TrainingJob.objects.select_related("team", "image").get(pk=action.job_id)
+            gpus = list(Gpu.objects.filter(pk__in=action.gpu_ids).select_related("node").order_by("index"))
             run = new_run(
-                job=job, gpus=list(Gpu.objects.filter(pk__in=action.gpu_ids).order_by("index")), kind=str(action.kind),
+                job=job, gpus=gpus, kind=str(action.kind),
                 now=now, must_end_by=action.must_end_by, reservation_id=action.reservation_id,
                 estimated_end=action.estimated_end, preemptible=action.preemptible,
             )
