@@ -149,7 +149,10 @@ def launch(run: Run, *, executor: Executor, now: dt.datetime) -> Launch:
     except (ExecutorError, ValueError, OSError) as error:
         run_end(run, state=Run.State.FAILED, reason=f"could not start: {error}", exit_code=None, now=now)
         return Launch("ended", f"run {run.pk}: {error}")
-    run_handle_record(run=run, handle=handle)
-    if run_mark_running(run=run, now=now):
-        notify_run(run, EventType.RUN_STARTED, now=now)
+    # One commit for what the start left to record (a tick that starts 50 runs waited on a
+    # commit per write, issue #19); a crash before it is repaired like one before the start.
+    with transaction.atomic():
+        run_handle_record(run=run, handle=handle)
+        if run_mark_running(run=run, now=now):
+            notify_run(run, EventType.RUN_STARTED, now=now)
     return Launch("started")
