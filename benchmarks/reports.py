@@ -64,7 +64,7 @@ def build(gpu_count: int, days: int) -> None:
         cursor.execute(
             "INSERT INTO gpus_gpusample (gpu_id, minute, sample_count, utilization_mean, utilization_max,"
             " temperature_celsius_mean, power_watts_mean)"
-            " SELECT gpu.id, minute, 12, CASE WHEN gpu.id % 4 = 0 THEN 0.02 ELSE 0.85 END, 0.9, 60, 300"
+            " SELECT gpu.id, minute, 12, CASE WHEN gpu.id %% 4 = 0 THEN 0.02 ELSE 0.85 END, 0.9, 60, 300"
             " FROM gpus_gpu AS gpu,"
             " generate_series(%s::timestamptz, %s::timestamptz - interval '1 minute', interval '1 minute') AS minute",
             [start_of, start_of + dt.timedelta(days=days)],
@@ -94,10 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--reuse", action="store_true", help="measure the database the last run built")
     args = parser.parse_args(argv)
-    fresh_database(DATABASE)
-    django_on(f"{SERVER}/{DATABASE}", GPUBOOK_NOTIFY_ENQUEUE="false", ALLOWED_HOSTS="testserver")
-    build(args.gpus, args.days)
+    if not args.reuse:
+        fresh_database(DATABASE)
+    # Plain static storage: these pages are measured in this process, without collectstatic.
+    django_on(f"{SERVER}/{DATABASE}", GPUBOOK_NOTIFY_ENQUEUE="false", ALLOWED_HOSTS="testserver",
+              GPUBOOK_STATIC_MANIFEST="false")
+    if not args.reuse:
+        build(args.gpus, args.days)
 
     from django.test import Client
 
