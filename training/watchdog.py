@@ -88,16 +88,36 @@ def idle_window(reservation: Reservation, *, now: dt.datetime) -> tuple[dt.datet
     return start, end
 
 
-def reservation_is_idle(reservation: Reservation, gpu_ids: list[int], *, now: dt.datetime) -> bool:
-    window = idle_window(reservation, now=now)
-    if window is None or not gpu_ids:
-        return False
-    threshold = reservation.team.idle_threshold_percent / 100.0
-    figures = GpuSample.objects.filter(
-        gpu_id__in=gpu_ids, minute__gte=window[0], minute__lt=window[1], utilization_mean__isnull=False
-    ).aggregate(seen=Count("id"), busy=Count("id", filter=Q(utilization_mean__gte=threshold)))
-    expected = reservation.team.idle_minutes * len(gpu_ids)
-    return figures["busy"] == 0 and figures["seen"] >= math.ceil(IDLE_COVERAGE * expected)
+def idle_reservations(live: list[tuple[Reservation, list[int]]], *, now: dt.datetime) -> set[int]:
+    """The ids of the live bookings (each with its GPU ids) whose GPUs stayed under their
+    team's threshold for the team's window. The window and threshold are the team's, so one
+    query per distinct pair among the teams — a handful — not one per booking (issue #19).
+    A GPU is in at most one live booking, so its figures belong to that booking."""
+    groups: dict[tuple, list[tuple[Reservation, list[int]]]] = {}
+    for reservation, gpu_ids in live:
+        window = idle_window(reservation, now=now)
+        if window is not None and gpu_ids:
+            key = (window, reservation.team.idle_threshold_percent / 100.0)
+            groups.setdefault(key, []).append((reservation, gpu_ids))
+    idle = set()
+    for (window, threshold), members in groups.items():
+        figures = {
+            row["gpu_id"]: row
+            for row in GpuSample.objects.filter(
+                gpu_id__in=[gpu_id for _, gpu_ids in members for gpu_id in gpu_ids],
+                minute__gte=window[0], minute__lt=window[1], utilization_mean__isnull=False,
+            )
+            .values("gpu_id")
+            .annotate(seen=Count("id"), busy=Count("id", filter=Q(utilization_mean__gte=threshold)))
+            .order_by()
+        }
+        for reservation, gpu_ids in members:
+            seen = sum(figures[gpu_id]["seen"] for gpu_id in gpu_ids if gpu_id in figures)
+            busy = sum(figures[gpu_id]["busy"] for gpu_id in gpu_ids if gpu_id in figures)
+            expected = reservation.team.idle_minutes * len(gpu_ids)
+            if busy == 0 and seen >= math.ceil(IDLE_COVERAGE * expected):
+                idle.add(reservation.pk)
+    return idle
 
 
 def check_idle_reservations(*, now: dt.datetime, summary: WatchdogSummary) -> None:
@@ -110,9 +130,10 @@ def check_idle_reservations(*, now: dt.datetime, summary: WatchdogSummary) -> No
         .order_by("start", "id")
     )
     slot_minutes = settings.GPUBOOK_SLOT_MINUTES
-    for reservation in live:
-        gpu_ids = sorted(row.gpu_id for row in reservation.booked.all())
-        if not reservation_is_idle(reservation, gpu_ids, now=now):
+    live = [(reservation, sorted(row.gpu_id for row in reservation.booked.all())) for reservation in live]
+    idle = idle_reservations(live, now=now)
+    for reservation, gpu_ids in live:
+        if reservation.pk not in idle:
             continue
         summary.idle.append(reservation.pk)
         team = reservation.team
