@@ -184,17 +184,11 @@ def _notify_reservation(*, reservation, event_type: str, now: dt.datetime, extra
     )
 
 
-def reservation_targets_query(*, user_id: int, team_id: int) -> tuple[QuerySet, QuerySet]:
-    """What the booker's notices about their booking are addressed by (`notice_emit`'s
-    `targets`): the booking service reads it with its checks, in one round trip."""
-    return delivery_targets_query(recipients=[user_id], team_id=team_id)
-
-
 def notify_reservation_confirmed(*, reservation, now: dt.datetime,
                                  targets: list[list[dict]] | None = None) -> Notice | None:
     """A booking is confirmed (at creation, or when a manager approves it). A booking still
     waiting for approval is not confirmed and gets nothing yet. `targets`: the rows of
-    `reservation_targets_query` for this booking, when the caller read them already."""
+    `delivery_targets_query` for its booker and team, when the caller read them already."""
     if reservation.status == "pending":
         return notify_reservation_awaiting_approval(reservation=reservation, now=now)
     if reservation.status != "confirmed":

@@ -399,7 +399,7 @@ def reservation_create(
         position_before, targets = _check_booking(
             team=locked_team, user=user, booker_id=user.pk, node_id=node.pk, gpu_ids=ids, start=start, end=end,
             now=now, exclude_reservation_id=None,
-            also=notices.reservation_targets_query(user_id=user.pk, team_id=team.pk) if confirmed else (),
+            also=notices.delivery_targets_query(recipients=[user.pk], team_id=team.pk) if confirmed else (),
         )
         reservation = Reservation.objects.create(
             user=user,
