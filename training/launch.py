@@ -51,9 +51,10 @@ def new_run(
     )
 
 
-def run_claim(action: scheduler.Start, *, now: dt.datetime) -> Run | None:
-    """Write the intent (job running, run starting) and commit, before any executor call.
-    The job's state flip is the compare-and-set; the one-live-run-per-job constraint backs it."""
+def run_claim(action: scheduler.Start, *, now: dt.datetime) -> tuple[Run, str] | None:
+    """Write the intent (job running, run starting, its report token's hash) and commit, before
+    any executor call; returns the run and its report token. The job's state flip is the
+    compare-and-set; the one-live-run-per-job constraint backs it."""
     try:
         with transaction.atomic():
             if not TrainingJob.objects.filter(pk=action.job_id, state=TrainingJob.State.QUEUED).update(
@@ -68,8 +69,9 @@ def run_claim(action: scheduler.Start, *, now: dt.datetime) -> Run | None:
                 now=now, must_end_by=action.must_end_by, reservation_id=action.reservation_id,
                 estimated_end=action.estimated_end, preemptible=action.preemptible,
             )
+            token = run.issue_report_token()  # stored with the claim: one commit less per start
             run.save()
-            return run
+            return run, token
     except IntegrityError:
         return None  # another reconciler claimed it first
 
@@ -133,14 +135,16 @@ class Launch:
     error: str = ""
 
 
-def launch(run: Run, *, executor: Executor, now: dt.datetime) -> Launch:
-    """Start a claimed run: issue its report token, write the runner's spec, call the executor,
-    store the handle it returns and mark the run running."""
+def launch(run: Run, *, executor: Executor, now: dt.datetime, token: str | None = None) -> Launch:
+    """Start a claimed run: write the runner's spec, call the executor, store the handle it
+    returns and mark the run running. `token`: the report token its claim just stored; without
+    one (a repair's relaunch: only the hash was kept) a fresh token is issued first."""
     if run.must_end_by <= now:
         run_end(run, state=Run.State.CANCELLED, reason="its slot ended before it could start", exit_code=None, now=now)
         return Launch("ended")
-    token = run.issue_report_token()
-    Run.objects.filter(pk=run.pk).update(report_token_hash=run.report_token_hash)
+    if token is None:
+        token = run.issue_report_token()
+        Run.objects.filter(pk=run.pk).update(report_token_hash=run.report_token_hash)
     try:
         write_runner_spec(run, token)
         handle = executor.start(run_spec_for(run), now=now)

@@ -164,8 +164,8 @@ def record_observations(*, executor: Executor, now: dt.datetime, report: TickRep
 
 
 # --- 3. repair ----------------------------------------------------------------------------------
-def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickReport) -> None:
-    result = launch(run, executor=executor, now=now)
+def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickReport, token: str | None = None) -> None:
+    result = launch(run, executor=executor, now=now, token=token)
     if result.outcome == "started":
         report.started.append(run.pk)
     elif result.outcome == "retry":
@@ -199,9 +199,10 @@ def apply_actions(actions, *, executor: Executor, now: dt.datetime, report: Tick
 
 def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.datetime, report: TickReport) -> None:
     if isinstance(action, scheduler.Start):
-        run = run_claim(action, now=now)
-        if run is not None:
-            _launch(run, executor=executor, now=now, report=report)
+        claimed = run_claim(action, now=now)
+        if claimed is not None:
+            run, token = claimed
+            _launch(run, executor=executor, now=now, report=report, token=token)
     elif isinstance(action, scheduler.Stop):
         if run_request_stop(run_id=action.run_id, now=now, kill_at=action.kill_at, reason=action.reason.sentence):
             run = Run.objects.get(pk=action.run_id)
