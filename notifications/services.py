@@ -16,8 +16,9 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Prefetch, QuerySet, prefetch_related_objects
 
+from config.batch import fetch_together
 from config.errors import DomainError, ErrorCode, NotPermitted
 from notifications import links
 from notifications.models import Delivery, EventType, Notice, NotificationPreference, Webhook
@@ -59,60 +60,73 @@ def notice_emit(
     recipients: Iterable[int],
     now: dt.datetime,
     dedupe_key: str | None = None,
+    targets: list[list[dict]] | None = None,
 ) -> Notice | None:
     """Write a notice and one pending delivery per target: an email to each recipient who
-    wants this event, a POST to each enabled webhook of `team_id` that wants it.
+    wants this event, a POST to each enabled webhook of `team_id` that wants it. `targets`:
+    the rows of `delivery_targets_query(recipients, team_id)` when the caller read them already.
 
     Returns None when `dedupe_key` was already used (the fact was reported before). Delivery
     starts after the surrounding transaction commits; the periodic loop is the safety net.
     """
     if event_type not in EventType.values:
         raise ValueError(f"unknown event type {event_type!r}")
-    if dedupe_key is not None and Notice.objects.filter(dedupe_key=dedupe_key).exists():
-        return None
-    try:
-        with transaction.atomic():  # a savepoint: losing a dedupe race must not doom the caller
-            notice = Notice.objects.create(
-                event_type=event_type, team_id=team_id, occurred_at=now, payload=payload, dedupe_key=dedupe_key
-            )
-    except IntegrityError:
-        if dedupe_key is None:
-            raise
-        return None
+    fields = {"event_type": event_type, "team_id": team_id, "occurred_at": now, "payload": payload}
+    if dedupe_key is None:
+        notice = Notice.objects.create(**fields)
+    else:
+        if Notice.objects.filter(dedupe_key=dedupe_key).exists():
+            return None
+        try:
+            with transaction.atomic():  # a savepoint: losing a dedupe race must not doom the caller
+                notice = Notice.objects.create(**fields, dedupe_key=dedupe_key)
+        except IntegrityError:
+            return None
 
+    people, webhooks = targets or fetch_together(*delivery_targets_query(recipients=recipients, team_id=team_id))
     deliveries = [
         Delivery(
-            notice=notice, channel=Delivery.Channel.EMAIL, user=user, target=user.email,
+            notice=notice, channel=Delivery.Channel.EMAIL, user_id=person["id"], target=person["email"],
             next_attempt_at=now, created_at=now,
         )
-        for user in _email_recipients(recipients, event_type)
+        for person in people
+        if person["email"] and _preference(person).wants(event_type)
     ]
-    if team_id is not None:
-        deliveries += [
-            Delivery(
-                notice=notice, channel=Delivery.Channel.WEBHOOK, webhook=webhook, target=webhook.url,
-                next_attempt_at=now, created_at=now,
-            )
-            for webhook in Webhook.objects.filter(team_id=team_id, enabled=True).order_by("id")
-            if webhook.wants(event_type)
-        ]
+    deliveries += [
+        Delivery(
+            notice=notice, channel=Delivery.Channel.WEBHOOK, webhook_id=hook["id"], target=hook["url"],
+            next_attempt_at=now, created_at=now,
+        )
+        for hook in webhooks
+        if Webhook(enabled=True, events=hook["events"]).wants(event_type)
+    ]
     Delivery.objects.bulk_create(deliveries)
     if deliveries:
         transaction.on_commit(functools.partial(_enqueue, notice.pk))
     return notice
 
 
-def _email_recipients(user_ids: Iterable[int], event_type: str) -> list:
-    ids = sorted({user_id for user_id in user_ids if user_id is not None})
-    if not ids:
-        return []
-    users = get_user_model().objects.filter(pk__in=ids, is_active=True).select_related("notification_preference")
-    chosen = []
-    for user in users:
-        preference = getattr(user, "notification_preference", None)
-        if user.email and (preference is None or preference.wants(event_type)):
-            chosen.append(user)
-    return chosen
+def delivery_targets_query(*, recipients: Iterable[int], team_id: int | None) -> tuple[QuerySet, QuerySet]:
+    """The reads `notice_emit` makes to address a notice: the active recipients with their
+    email preferences, and the team's enabled webhooks. A caller that has other reads to make
+    sends these with them (config.batch.fetch_together) and passes the rows as `targets`."""
+    ids = sorted({user_id for user_id in recipients if user_id is not None})
+    people = get_user_model().objects.filter(pk__in=ids, is_active=True).order_by("pk").values(
+        "id", "email", "notification_preference__email_enabled", "notification_preference__muted_events"
+    )
+    webhooks = Webhook.objects.filter(team_id=team_id, enabled=True).order_by("id").values("id", "url", "events")
+    return people, webhooks
+
+
+def _preference(person: dict) -> NotificationPreference:
+    """A recipient's preferences (the defaults when they never saved any), so the one rule
+    `NotificationPreference.wants` decides."""
+    if person["notification_preference__email_enabled"] is None:
+        return NotificationPreference()
+    return NotificationPreference(
+        email_enabled=person["notification_preference__email_enabled"],
+        muted_events=person["notification_preference__muted_events"],
+    )
 
 
 def _enqueue(notice_id) -> None:
@@ -134,7 +148,9 @@ def _enqueue(notice_id) -> None:
 
 
 def _reservation_payload(reservation) -> dict:
-    booked = reservation.booked.select_related("gpu").order_by("gpu__index")
+    # Through the prefetch cache: a booking just written carries its rows and GPUs already.
+    prefetch_related_objects([reservation], Prefetch("booked", queryset=_booked_rows().select_related("gpu")))
+    booked = sorted(reservation.booked.all(), key=lambda row: row.gpu.index)
     return {
         "reservation": {
             "id": reservation.pk,
@@ -152,8 +168,12 @@ def _reservation_payload(reservation) -> dict:
     }
 
 
+def _booked_rows():
+    return apps.get_model("reservations", "ReservationGpu").objects.all()
+
+
 def _notify_reservation(*, reservation, event_type: str, now: dt.datetime, extra: dict | None = None,
-                        dedupe_key: str | None = None) -> Notice | None:
+                        dedupe_key: str | None = None, targets: list[list[dict]] | None = None) -> Notice | None:
     return notice_emit(
         event_type=event_type,
         team_id=reservation.team_id,
@@ -161,17 +181,22 @@ def _notify_reservation(*, reservation, event_type: str, now: dt.datetime, extra
         recipients=[reservation.user_id],
         now=now,
         dedupe_key=dedupe_key,
+        targets=targets,
     )
 
 
-def notify_reservation_confirmed(*, reservation, now: dt.datetime) -> Notice | None:
+def notify_reservation_confirmed(*, reservation, now: dt.datetime,
+                                 targets: list[list[dict]] | None = None) -> Notice | None:
     """A booking is confirmed (at creation, or when a manager approves it). A booking still
-    waiting for approval is not confirmed and gets nothing yet."""
+    waiting for approval is not confirmed and gets nothing yet. `targets`: the rows of
+    `delivery_targets_query` for its booker and team, when the caller read them already."""
     if reservation.status == "pending":
         return notify_reservation_awaiting_approval(reservation=reservation, now=now)
     if reservation.status != "confirmed":
         return None
-    return _notify_reservation(reservation=reservation, event_type=EventType.RESERVATION_CONFIRMED, now=now)
+    return _notify_reservation(
+        reservation=reservation, event_type=EventType.RESERVATION_CONFIRMED, now=now, targets=targets
+    )
 
 
 def notify_reservation_awaiting_approval(*, reservation, now: dt.datetime) -> Notice | None:

@@ -139,7 +139,8 @@ def idle_bookings(
             minute__gte=F("gpu__booked__start"), minute__lt=F("gpu__booked__end"),
             utilization_mean__isnull=False,
         )
-        .filter(minute__lt=now)
+        # Implied by the join, but constant bounds let PostgreSQL read only the range's minutes.
+        .filter(minute__gte=start, minute__lt=min(now, max(reservation.end for reservation in candidates.values())))
         .values("gpu__booked__reservation_id")
         .annotate(measured=Count("id"), idle=Count("id", filter=Q(utilization_mean__lt=threshold)))
         .order_by()

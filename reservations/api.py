@@ -153,7 +153,8 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
             note=values["note"],
             now=timezone.now(),
         )
-        return Response(self._render(reservation.pk), status=status.HTTP_201_CREATED)
+        # The service's object carries its team, user, node and GPU rows: nothing to read back.
+        return Response(ReservationSerializer(reservation).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ReservationUpdateSerializer, responses={200: ReservationSerializer})
     def partial_update(self, request, pk=None):

@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Greatest, Least
 
+from config.batch import fetch_together
 from config.errors import ErrorCode, NotFound, NotPermitted
 from gpus.models import Gpu, MaintenanceWindow
 from reservations import timegrid
@@ -67,6 +68,19 @@ def require_can_change(*, user: AbstractBaseUser, obj, not_found: str, not_permi
         raise NotPermitted(ErrorCode.NOT_PERMITTED, not_permitted)
 
 
+def booking_gpus(*, gpu_ids: Iterable[int], user: AbstractBaseUser, team_id: int) -> tuple[list[Gpu], str | None]:
+    """The GPUs of `gpu_ids` that exist (with their node), and the user's role in the team
+    (`team_role`): one query, since a booking asks both before it locks anything."""
+    ids = sorted(set(gpu_ids))
+    if not ids:
+        return [], team_role(user=user, team_id=team_id)
+    role = Membership.objects.filter(user=user, team_id=team_id).values("role")[:1]
+    gpus = list(Gpu.objects.filter(pk__in=ids).select_related("node").annotate(booker_role=Subquery(role)))
+    if not gpus:
+        return [], team_role(user=user, team_id=team_id)
+    return gpus, gpus[0].booker_role
+
+
 def teams_visible_to(*, user: AbstractBaseUser) -> QuerySet[Team]:
     if user.is_superuser:
         return Team.objects.all()
@@ -79,6 +93,36 @@ def reservations_visible_to(*, user: AbstractBaseUser) -> QuerySet[Reservation]:
     if not user.is_superuser:
         queryset = queryset.filter(team__in=Team.objects.filter(memberships__user=user))
     return queryset
+
+
+def usage_rows(
+    *,
+    team: Team,
+    window_start: dt.datetime,
+    window_end: dt.datetime,
+    user_id: int | None = None,
+    exclude_reservation_id: int | None = None,
+) -> QuerySet:
+    """The rows `usage_seconds` sums, as a `.values()` query (so the booking check can send it
+    with its other reads in one round trip: config.batch.fetch_together)."""
+    rows = Reservation.objects.filter(
+        team=team, status__in=Reservation.OCCUPYING, start__lt=window_end, end__gt=window_start
+    )
+    if user_id is not None:
+        rows = rows.filter(user_id=user_id)
+    if exclude_reservation_id is not None:
+        rows = rows.exclude(pk=exclude_reservation_id)
+    # Summed in the database, grouped by GPU count (SQLite cannot multiply a duration):
+    # a team's month can hold thousands of bookings, and this runs inside the booking lock.
+    overlap = ExpressionWrapper(
+        Least(F("end"), Value(window_end)) - Greatest(F("start"), Value(window_start)), output_field=DurationField()
+    )
+    return rows.order_by().values("gpu_count").annotate(total=Sum(overlap))
+
+
+def usage_total(rows: Iterable[dict]) -> int:
+    """GPU-seconds from `usage_rows`' rows."""
+    return sum(row["gpu_count"] * round(row["total"].total_seconds()) for row in rows)
 
 
 def usage_seconds(
@@ -94,20 +138,12 @@ def usage_seconds(
     Occupying reservations count their overlap with the window; a cancelled one counts
     nothing and an early-released one counts only up to its new end — that is the refund.
     """
-    rows = Reservation.objects.filter(
-        team=team, status__in=Reservation.OCCUPYING, start__lt=window_end, end__gt=window_start
+    return usage_total(
+        usage_rows(
+            team=team, window_start=window_start, window_end=window_end, user_id=user_id,
+            exclude_reservation_id=exclude_reservation_id,
+        )
     )
-    if user_id is not None:
-        rows = rows.filter(user_id=user_id)
-    if exclude_reservation_id is not None:
-        rows = rows.exclude(pk=exclude_reservation_id)
-    # Summed in the database, grouped by GPU count (SQLite cannot multiply a duration):
-    # a team's month can hold thousands of bookings, and this runs inside the booking lock.
-    overlap = ExpressionWrapper(
-        Least(F("end"), Value(window_end)) - Greatest(F("start"), Value(window_start)), output_field=DurationField()
-    )
-    groups = rows.order_by().values("gpu_count").annotate(total=Sum(overlap))
-    return sum(group["gpu_count"] * round(group["total"].total_seconds()) for group in groups)
 
 
 # --- the quota position: one rule, read by everyone -------------------------------------------
@@ -199,13 +235,13 @@ def month_window(*, team: Team, at: dt.datetime | None = None, year: int | None 
     return timegrid.month_start(at, tz), timegrid.next_month_start(at, tz)
 
 
-def _booked_seconds(
+def _booked_rows(
     *, team_ids: list[int], window_start: dt.datetime, window_end: dt.datetime, now: dt.datetime,
     exclude_reservation_id: int | None,
-) -> tuple[dict[int, float], dict[int, float]]:
-    """{team id: booked GPU-seconds in the window}, and the part of it before `now`. One query,
-    summed in the database by team and GPU count (SQLite cannot multiply a duration): a team's
-    month can hold thousands of bookings, and the booking check runs inside the booking lock."""
+) -> QuerySet:
+    """Booked GPU-seconds in the window by team and GPU count, and the part before `now`:
+    summed in the database (SQLite cannot multiply a duration), because a team's month can
+    hold thousands of bookings and the booking check runs inside the booking lock."""
     rows = Reservation.objects.filter(
         team_id__in=team_ids, status__in=Reservation.OCCUPYING, start__lt=window_end, end__gt=window_start
     )
@@ -224,38 +260,95 @@ def _booked_seconds(
             ),
             filter=Q(start__lt=cutoff),
         )
-    booked: dict[int, float] = defaultdict(float)
-    to_date: dict[int, float] = defaultdict(float)
-    for group in rows.order_by().values("team_id", "gpu_count").annotate(**sums):
-        booked[group["team_id"]] += group["gpu_count"] * round(group["total"].total_seconds())
-        if group.get("to_date") is not None:
-            to_date[group["team_id"]] += group["gpu_count"] * round(group["to_date"].total_seconds())
-    return booked, to_date
+    return rows.order_by().values("team_id", "gpu_count").annotate(**sums)
 
 
-def _backfill_charged_seconds(
-    *, windows: dict[int, tuple[dt.datetime, dt.datetime]], now: dt.datetime
-) -> dict[int, float]:
-    """{team id: GPU-seconds of its backfill runs inside its window, at the usage factor};
-    a running run counts up to `now`. One query. Runs are `training`'s table, read through
-    the app registry as /metrics does: this room sits below training and imports none of it."""
+def _backfill_rows(*, windows: dict[int, tuple[dt.datetime, dt.datetime]], now: dt.datetime) -> QuerySet:
+    """The teams' backfill runs that overlap their windows. Runs are `training`'s table, read
+    through the app registry as /metrics does: this room sits below training and imports none
+    of it."""
     run_model = apps.get_model("training", "Run")
-    factor = settings.GPUBOOK_BACKFILL_USAGE_FACTOR
     earliest = min(start for start, _ in windows.values())
     latest = max(end for _, end in windows.values())
-    charged: dict[int, float] = defaultdict(float)
-    for team_id, started, ended, gpu_ids in (
+    return (
         run_model.objects.filter(
             job__team_id__in=list(windows), kind="backfill", started_at__isnull=False,
             started_at__lt=min(latest, now),
         )
         .exclude(ended_at__lte=earliest)
-        .values_list("job__team_id", "started_at", "ended_at", "gpu_ids")
-    ):
-        window_start, window_end = windows[team_id]
-        end = min(ended or now, now, window_end)
-        charged[team_id] += len(gpu_ids) * factor * max(0.0, (end - max(started, window_start)).total_seconds())
-    return charged
+        .values("job__team_id", "started_at", "ended_at", "gpu_ids")
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class QuotaQuery:
+    """The reads behind some teams' quota positions, not yet sent: `querysets` go to the
+    database (alone, or with a caller's other reads in one round trip) and `positions` turns
+    their rows into QuotaPositions. `quota_positions` is the way to use it; the booking check
+    sends these with its overlap and maintenance reads while it holds the booking lock."""
+
+    teams: tuple[Team, ...]
+    windows: dict[int, tuple[dt.datetime, dt.datetime]]
+    now: dt.datetime
+    querysets: tuple[QuerySet, ...]
+
+    def positions(self, results: list[list[dict]]) -> dict[int, QuotaPosition]:
+        *booked_results, backfill_rows = results
+        booked: dict[int, float] = defaultdict(float)
+        to_date: dict[int, float] = defaultdict(float)
+        for rows in booked_results:
+            for group in rows:
+                booked[group["team_id"]] += group["gpu_count"] * round(group["total"].total_seconds())
+                if group.get("to_date") is not None:
+                    to_date[group["team_id"]] += group["gpu_count"] * round(group["to_date"].total_seconds())
+        factor = settings.GPUBOOK_BACKFILL_USAGE_FACTOR
+        backfill: dict[int, float] = defaultdict(float)
+        for row in backfill_rows:  # a running run counts up to `now`
+            window_start, window_end = self.windows[row["job__team_id"]]
+            end = min(row["ended_at"] or self.now, self.now, window_end)
+            backfill[row["job__team_id"]] += (
+                len(row["gpu_ids"]) * factor * max(0.0, (end - max(row["started_at"], window_start)).total_seconds())
+            )
+        positions = {}
+        for team in self.teams:
+            window_start, window_end = self.windows[team.pk]
+            positions[team.pk] = QuotaPosition(
+                team_id=team.pk,
+                time_zone=team.time_zone,
+                month=window_start.astimezone(team.tzinfo).strftime("%Y-%m"),
+                month_start=window_start,
+                month_end=window_end,
+                quota_gpu_s=float(team.monthly_gpu_hours * 3600),
+                booked_gpu_s=float(booked.get(team.pk, 0.0)),
+                booked_to_date_gpu_s=float(to_date.get(team.pk, 0.0)),
+                backfill_gpu_s=backfill.get(team.pk, 0.0),
+            )
+        return positions
+
+
+def quota_query(
+    *,
+    teams: Iterable[Team],
+    now: dt.datetime,
+    year: int | None = None,
+    month: int | None = None,
+    at: dt.datetime | None = None,
+    exclude_reservation_id: int | None = None,
+) -> QuotaQuery | None:
+    """The reads for `quota_positions` (same arguments); None for no teams."""
+    teams = tuple(teams)
+    if not teams:
+        return None
+    windows = {team.pk: month_window(team=team, at=at or now, year=year, month=month) for team in teams}
+    querysets = [
+        _booked_rows(
+            team_ids=[team_id for team_id, team_window in windows.items() if team_window == window],
+            window_start=window[0], window_end=window[1], now=now, exclude_reservation_id=exclude_reservation_id,
+        )
+        for window in sorted(set(windows.values()))
+    ]
+    querysets.append(_backfill_rows(windows=windows, now=now))
+    return QuotaQuery(teams=teams, windows=windows, now=now, querysets=tuple(querysets))
 
 
 def quota_positions(
@@ -268,39 +361,15 @@ def quota_positions(
     exclude_reservation_id: int | None = None,
 ) -> dict[int, QuotaPosition]:
     """{team id: its QuotaPosition} for the team's month containing `at` (default `now`), or
-    for `year`-`month` (each team's own zone). Queries: one per distinct month window among
-    the teams (one, unless their zones differ) for bookings, one for backfill runs.
-    `exclude_reservation_id` leaves one booking out (a reschedule checks without itself)."""
-    teams = list(teams)
-    if not teams:
+    for `year`-`month` (each team's own zone). One round trip on PostgreSQL (one query per
+    distinct month window among the teams for bookings — one, unless their zones differ —
+    and one for backfill runs, sent together). `exclude_reservation_id` leaves one booking
+    out (a reschedule checks without itself)."""
+    query = quota_query(teams=teams, now=now, year=year, month=month, at=at,
+                        exclude_reservation_id=exclude_reservation_id)
+    if query is None:
         return {}
-    windows = {team.pk: month_window(team=team, at=at or now, year=year, month=month) for team in teams}
-    booked: dict[int, float] = {}
-    to_date: dict[int, float] = {}
-    for window in sorted(set(windows.values())):
-        team_ids = [team_id for team_id, team_window in windows.items() if team_window == window]
-        in_window, before_now = _booked_seconds(
-            team_ids=team_ids, window_start=window[0], window_end=window[1], now=now,
-            exclude_reservation_id=exclude_reservation_id,
-        )
-        booked.update(in_window)
-        to_date.update(before_now)
-    backfill = _backfill_charged_seconds(windows=windows, now=now)
-    positions = {}
-    for team in teams:
-        window_start, window_end = windows[team.pk]
-        positions[team.pk] = QuotaPosition(
-            team_id=team.pk,
-            time_zone=team.time_zone,
-            month=window_start.astimezone(team.tzinfo).strftime("%Y-%m"),
-            month_start=window_start,
-            month_end=window_end,
-            quota_gpu_s=float(team.monthly_gpu_hours * 3600),
-            booked_gpu_s=float(booked.get(team.pk, 0.0)),
-            booked_to_date_gpu_s=float(to_date.get(team.pk, 0.0)),
-            backfill_gpu_s=backfill.get(team.pk, 0.0),
-        )
-    return positions
+    return query.positions(fetch_together(*query.querysets))
 
 
 def team_quota_position(
@@ -310,6 +379,15 @@ def team_quota_position(
     return quota_positions(teams=[team], now=now, at=at, exclude_reservation_id=exclude_reservation_id)[team.pk]
 
 
+def _conflicts(
+    *, gpu_ids: Iterable[int], start: dt.datetime, end: dt.datetime, exclude_reservation_id: int | None
+) -> QuerySet[ReservationGpu]:
+    rows = ReservationGpu.objects.filter(gpu_id__in=list(gpu_ids), occupies=True, start__lt=end, end__gt=start)
+    if exclude_reservation_id is not None:
+        rows = rows.exclude(reservation_id=exclude_reservation_id)
+    return rows
+
+
 def conflicting_bookings(
     *,
     gpu_ids: Iterable[int],
@@ -317,23 +395,94 @@ def conflicting_bookings(
     end: dt.datetime,
     exclude_reservation_id: int | None = None,
 ) -> list[ReservationGpu]:
-    rows = (
-        ReservationGpu.objects.filter(gpu_id__in=list(gpu_ids), occupies=True, start__lt=end, end__gt=start)
+    return list(
+        _conflicts(gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=exclude_reservation_id)
         .select_related("reservation__team", "reservation__user")
         .order_by("start", "gpu_id")
     )
-    if exclude_reservation_id is not None:
-        rows = rows.exclude(reservation_id=exclude_reservation_id)
-    return list(rows)
+
+
+def _maintenance(
+    *, node_id: int, gpu_ids: Iterable[int], start: dt.datetime, end: dt.datetime
+) -> QuerySet[MaintenanceWindow]:
+    return (
+        MaintenanceWindow.objects.filter(node_id=node_id, start__lt=end, end__gt=start)
+        .filter(Q(gpus__isnull=True) | Q(gpus__in=list(gpu_ids)))
+        .distinct()
+    )
 
 
 def maintenance_overlapping(
     *, node_id: int, gpu_ids: Iterable[int], start: dt.datetime, end: dt.datetime
 ) -> list[MaintenanceWindow]:
-    return list(
-        MaintenanceWindow.objects.filter(node_id=node_id, start__lt=end, end__gt=start)
-        .filter(Q(gpus__isnull=True) | Q(gpus__in=list(gpu_ids)))
-        .distinct()
+    return list(_maintenance(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end).order_by("start", "id"))
+
+
+@dataclasses.dataclass(frozen=True)
+class BookingReads:
+    """What the booking check reads while it holds the booking lock (issue #19: one round
+    trip on PostgreSQL instead of one per question)."""
+
+    in_maintenance: bool
+    in_the_way: bool  # another occupying booking overlaps on one of the GPUs
+    months: list[QuotaPosition]  # each calendar month the booking touches, in order
+    days: list[tuple[dt.datetime, dt.datetime, int]]  # (day start, day end, the booker's GPU-seconds); [] without a cap
+    also: list[list[dict]]  # the rows of the caller's `also` querysets
+
+
+def booking_reads(
+    *,
+    team: Team,
+    user_id: int,
+    node_id: int,
+    gpu_ids: Iterable[int],
+    start: dt.datetime,
+    end: dt.datetime,
+    now: dt.datetime,
+    exclude_reservation_id: int | None,
+    also: Iterable[QuerySet] = (),
+) -> BookingReads:
+    """Read, in one round trip: whether maintenance or another booking is in the way, the
+    quota position (`quota_query`, the one quota rule) of every month [start, end) touches,
+    the booker's use of each day it touches when the team caps it, and the caller's `also`
+    (`.values()` querysets). `team` is the row read under the booking lock."""
+    gpu_ids = list(gpu_ids)
+    also = list(also)
+    tz = team.tzinfo
+    quota_queries = [
+        quota_query(teams=[team], now=now, at=month_start, exclude_reservation_id=exclude_reservation_id)
+        for month_start, _ in timegrid.split_by_period(start, end, tz)
+    ]
+    days = []
+    if team.user_daily_cap_gpu_hours is not None:
+        days = list(timegrid.split_by_period(
+            start, end, tz, period_start=timegrid.day_start, next_period_start=timegrid.next_day_start
+        ))
+    results = fetch_together(
+        _maintenance(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end).values("id")[:1],
+        _conflicts(gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=exclude_reservation_id)
+        .values("id")[:1],
+        *(queryset for query in quota_queries for queryset in query.querysets),
+        *(
+            usage_rows(team=team, window_start=day_start, window_end=day_end, user_id=user_id,
+                       exclude_reservation_id=exclude_reservation_id)
+            for day_start, day_end in days
+        ),
+        *also,
+    )
+    maintenance_rows, conflict_rows, *rest = results
+    months = []
+    for query in quota_queries:
+        count = len(query.querysets)
+        months.append(query.positions(rest[:count])[team.pk])
+        rest = rest[count:]
+    day_rows, also_rows = rest[: len(days)], rest[len(days):]
+    return BookingReads(
+        in_maintenance=bool(maintenance_rows),
+        in_the_way=bool(conflict_rows),
+        months=months,
+        days=[(start_, end_, usage_total(rows)) for (start_, end_), rows in zip(days, day_rows, strict=True)],
+        also=also_rows,
     )
 
 

@@ -10,12 +10,14 @@ serialize the whole check-then-insert.
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Sequence
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, OperationalError, connection, transaction
 
+from config.batch import instance_from_json
 from config.errors import Conflict, DomainError, ErrorCode, NotFound, NotPermitted
 from gpus.metrics import count_booking_conflict
 from gpus.models import Gpu
@@ -66,29 +68,43 @@ def _audit(
     )
 
 
-def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> None:
-    """Take the booking locks once, in the one fixed order every booking uses. Only inside a
-    transaction: outside one, each lock would be released as soon as it was taken."""
+def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> Team | None:
+    """Bound the lock waits (`_limit_lock_waits`) and take the booking locks once, in the one
+    fixed order every booking uses: user row, team row, one advisory lock per GPU in ascending
+    id. One statement (issue #19): PostgreSQL evaluates a select list left to right, and each
+    uncorrelated subquery runs when its column is reached, so the order holds. It also returns
+    the team's row as locked (newer than any read before the lock: its quota may have changed
+    meanwhile); None where there is no such statement, and the caller reads the row itself.
+    Only inside a transaction: outside one, each lock would be released as soon as it was taken."""
     if not connection.in_atomic_block:
         raise RuntimeError("booking locks must be taken inside transaction.atomic()")
     if connection.vendor != "postgresql":
-        return  # SQLite: the IMMEDIATE transaction already holds the database write lock
+        return None  # SQLite: the IMMEDIATE transaction already holds the database write lock
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM auth_user WHERE id = %s FOR UPDATE", [user_id])
-        cursor.execute("SELECT 1 FROM reservations_team WHERE id = %s FOR UPDATE", [team_id])
-        for gpu_id in sorted(set(gpu_ids)):
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [GPU_LOCK_NAMESPACE, gpu_id])
+        cursor.execute(
+            "SELECT set_config('lock_timeout', %s, true),"
+            " (SELECT 1 FROM auth_user WHERE id = %s FOR UPDATE),"
+            " (SELECT row_to_json(team) FROM reservations_team AS team WHERE id = %s FOR UPDATE),"
+            " (SELECT count(pg_advisory_xact_lock(%s, gpu)) FROM unnest(%s::int[]) AS gpu)",
+            [_lock_timeout(), user_id, team_id, GPU_LOCK_NAMESPACE, sorted(set(gpu_ids))],
+        )
+        team_row = cursor.fetchone()[2]
+    if team_row is None:
+        return None
+    return instance_from_json(Team, json.loads(team_row) if isinstance(team_row, str) else team_row)
+
+
+def _lock_timeout() -> str:
+    return f"{settings.GPUBOOK_BOOKING_LOCK_TIMEOUT_MS}ms"
 
 
 def _limit_lock_waits() -> None:
-    """No booking waits for a lock longer than GPUBOOK_BOOKING_LOCK_TIMEOUT_MS (the rest of
+    """No change waits for a lock longer than GPUBOOK_BOOKING_LOCK_TIMEOUT_MS (the rest of
     this transaction only): a stuck holder turns into "busy, try again", not a hung request."""
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('lock_timeout', %s, true)", [f"{settings.GPUBOOK_BOOKING_LOCK_TIMEOUT_MS}ms"]
-        )
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [_lock_timeout()])
 
 
 def _describe_conflicts(rows: list[ReservationGpu], *, viewer_team_ids: set[int], is_admin: bool) -> list[dict]:
@@ -165,28 +181,38 @@ def _validate_team_rules(
         raise DomainError(ErrorCode.TOO_LONG, f"A {team.name} booking may last at most {team.max_booking_hours} hours.")
 
 
-def _check_quota(
+def _check_reads(
     *,
+    reads: selectors.BookingReads,
     team: Team,
-    user_id: int,
+    user: AbstractBaseUser,
+    node_id: int,
+    gpu_ids: Sequence[int],
     start: dt.datetime,
     end: dt.datetime,
-    gpu_count: int,
-    now: dt.datetime,
     exclude_reservation_id: int | None,
 ) -> selectors.QuotaPosition:
-    """Refuse if any calendar month (team time zone) this booking touches would go over quota
-    — booked + backfill charged + wanted — or any day over the per-user daily cap. Returns
-    the quota position of the month the booking starts in (for the quota-crossing notice,
-    without asking again)."""
-    tz = team.tzinfo
-    start_month_position = None
-    for month_start, month_end in timegrid.split_by_period(start, end, tz):
-        position = selectors.team_quota_position(
-            team=team, now=now, at=month_start, exclude_reservation_id=exclude_reservation_id
+    """Refuse what the locked reads forbid: maintenance, another booking in the way, any
+    calendar month (team time zone) this booking touches going over quota — booked + backfill
+    charged + wanted — or any day over the per-user daily cap. Returns the quota position of
+    the month the booking starts in (for the quota-crossing notice, without asking again).
+    The details of a refusal are read only when there is one."""
+    if reads.in_maintenance:
+        window = selectors.maintenance_overlapping(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end)[0]
+        raise DomainError(
+            ErrorCode.MAINTENANCE,
+            f"The node is in maintenance {window.start.isoformat()}–{window.end.isoformat()}: {window.reason}.",
         )
-        start_month_position = start_month_position or position
-        wanted = gpu_count * timegrid.overlap_seconds(start, end, month_start, month_end)
+    if reads.in_the_way:
+        _raise_conflict(
+            selectors.conflicting_bookings(
+                gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+            ),
+            user=user,
+        )
+    gpu_count = len(gpu_ids)
+    for position in reads.months:
+        wanted = gpu_count * timegrid.overlap_seconds(start, end, position.month_start, position.month_end)
         if position.used_gpu_s + wanted > position.quota_gpu_s:
             remaining = position.remaining_gpu_hours
             raise Conflict(
@@ -199,23 +225,12 @@ def _check_quota(
                 quota_gpu_hours=team.monthly_gpu_hours,
                 backfill_gpu_hours=round(position.backfill_gpu_hours, 2),
             )
-    if team.user_daily_cap_gpu_hours is None:
-        return start_month_position
-    cap_seconds = team.user_daily_cap_gpu_hours * 3600
-    for day_start, day_end in timegrid.split_by_period(
-        start, end, tz, period_start=timegrid.day_start, next_period_start=timegrid.next_day_start
-    ):
-        used = selectors.usage_seconds(
-            team=team,
-            window_start=day_start,
-            window_end=day_end,
-            user_id=user_id,
-            exclude_reservation_id=exclude_reservation_id,
-        )
+    for day_start, day_end, used in reads.days:
+        cap_seconds = team.user_daily_cap_gpu_hours * 3600
         wanted = gpu_count * timegrid.overlap_seconds(start, end, day_start, day_end)
         if used + wanted > cap_seconds:
             remaining = max(0, cap_seconds - used) / 3600
-            day = day_start.astimezone(tz).date().isoformat()
+            day = day_start.astimezone(team.tzinfo).date().isoformat()
             raise Conflict(
                 ErrorCode.DAILY_CAP_EXCEEDED,
                 f"You have {remaining:.1f} of your {team.user_daily_cap_gpu_hours} daily GPU-hours "
@@ -223,30 +238,45 @@ def _check_quota(
                 day=day,
                 remaining_gpu_hours=round(remaining, 2),
             )
-    return start_month_position
+    return reads.months[0]
 
 
-def _check_free(
+def _check_booking(
     *,
+    team: Team,
     user: AbstractBaseUser,
+    booker_id: int,
     node_id: int,
     gpu_ids: Sequence[int],
     start: dt.datetime,
     end: dt.datetime,
+    now: dt.datetime,
     exclude_reservation_id: int | None,
-) -> None:
-    windows = selectors.maintenance_overlapping(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end)
-    if windows:
-        window = windows[0]
-        raise DomainError(
-            ErrorCode.MAINTENANCE,
-            f"The node is in maintenance {window.start.isoformat()}–{window.end.isoformat()}: {window.reason}.",
-        )
-    rows = selectors.conflicting_bookings(
-        gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=exclude_reservation_id
+    also=(),
+) -> tuple[selectors.QuotaPosition, list[list[dict]]]:
+    """Under the booking locks (`team` is the row read there): read (one round trip) and
+    check. Returns the quota position of the month the booking starts in and the rows of
+    `also` (reads the caller needs next, sent along)."""
+    reads = selectors.booking_reads(
+        team=team, user_id=booker_id, node_id=node_id, gpu_ids=gpu_ids, start=start, end=end, now=now,
+        exclude_reservation_id=exclude_reservation_id, also=also,
     )
-    if rows:
-        _raise_conflict(rows, user=user)
+    position = _check_reads(
+        reads=reads, team=team, user=user, node_id=node_id, gpu_ids=gpu_ids, start=start, end=end,
+        exclude_reservation_id=exclude_reservation_id,
+    )
+    return position, reads.also
+
+
+class _ConstraintRefused(Exception):
+    """PostgreSQL's exclusion constraint refused a write our check let through (a booking
+    that slipped past it). The transaction is aborted; `_retrying` describes the conflict
+    after the rollback, so the happy path needs no savepoint around the write."""
+
+    def __init__(self, *, user: AbstractBaseUser, gpu_ids: Sequence[int], start: dt.datetime, end: dt.datetime,
+                 reservation_id: int) -> None:
+        super().__init__("exclusion constraint")
+        self.user, self.gpu_ids, self.start, self.end, self.reservation_id = user, gpu_ids, start, end, reservation_id
 
 
 def _under_constraint(
@@ -258,30 +288,37 @@ def _under_constraint(
     end: dt.datetime,
     reservation_id: int,
 ) -> None:
-    """Run `write` in a savepoint; if PostgreSQL's exclusion constraint rejects it (a booking
-    that slipped past our check), answer with the same conflict error our check gives."""
+    """Run `write`; if PostgreSQL's exclusion constraint rejects it, the caller answers with
+    the same conflict error our check gives (see `_ConstraintRefused`)."""
     try:
-        with transaction.atomic():
-            write()
+        write()
     except IntegrityError as error:
         if getattr(error.__cause__, "sqlstate", None) != EXCLUSION_VIOLATION:
             raise
-        rows = selectors.conflicting_bookings(
-            gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=reservation_id
-        )
-        _raise_conflict(rows, user=user)
+        raise _ConstraintRefused(
+            user=user, gpu_ids=gpu_ids, start=start, end=end, reservation_id=reservation_id
+        ) from error
 
 
-def _retrying(operation):
+def _retrying(operation, *, locks_bound_waits: bool = False):
     """Run `operation` in a fresh transaction with a bounded lock wait, again if PostgreSQL
     chose it as a deadlock or serialization victim: such an error is another booking
-    winning, never the caller's fault. A lock wait that times out is "busy, try again"."""
+    winning, never the caller's fault. A lock wait that times out is "busy, try again".
+    `locks_bound_waits`: the operation starts with `_lock_booking`, which bounds the waits
+    in its own statement."""
     attempts = 3
     for attempt in range(1, attempts + 1):
         try:
             with transaction.atomic():
-                _limit_lock_waits()
+                if not locks_bound_waits:
+                    _limit_lock_waits()
                 return operation()
+        except _ConstraintRefused as refused:  # rolled back now: the winner's booking is visible
+            rows = selectors.conflicting_bookings(
+                gpu_ids=refused.gpu_ids, start=refused.start, end=refused.end,
+                exclude_reservation_id=refused.reservation_id,
+            )
+            _raise_conflict(rows, user=refused.user)
         except OperationalError as error:
             sqlstate = getattr(error.__cause__, "sqlstate", None)
             if sqlstate == LOCK_NOT_AVAILABLE:
@@ -297,21 +334,21 @@ def _retrying(operation):
 
 
 def _counting_refusals(operation, *, now: dt.datetime):
-    """`_retrying`, counting conflict and quota refusals for /metrics. The count is written
-    after the booking's transaction has rolled back, or it would roll back with it."""
+    """`_retrying` of an operation that starts with `_lock_booking`, counting conflict and
+    quota refusals for /metrics. The count is written after the booking's transaction has
+    rolled back, or it would roll back with it."""
     try:
-        return _retrying(operation)
+        return _retrying(operation, locks_bound_waits=True)
     except Conflict as refusal:
         count_booking_conflict(code=refusal.code, now=now)
         raise
 
 
-def _resolve_gpus(gpu_ids: Sequence[int]) -> list[Gpu]:
+def _resolve_gpus(gpus: list[Gpu], gpu_ids: Sequence[int]) -> list[Gpu]:
+    """Check the GPUs read for `gpu_ids` (selectors.booking_gpus) name one node's bookable GPUs."""
     if not gpu_ids:
         raise DomainError(ErrorCode.NO_GPUS, "Choose at least one GPU.")
-    unique_ids = sorted(set(gpu_ids))
-    gpus = list(Gpu.objects.filter(pk__in=unique_ids).select_related("node"))
-    missing = sorted(set(unique_ids) - {gpu.pk for gpu in gpus})
+    missing = sorted(set(gpu_ids) - {gpu.pk for gpu in gpus})
     if missing:
         raise DomainError(ErrorCode.UNKNOWN_GPU, f"No GPU with id {', '.join(map(str, missing))}.", gpus=missing)
     if len({gpu.node_id for gpu in gpus}) > 1:
@@ -321,6 +358,16 @@ def _resolve_gpus(gpu_ids: Sequence[int]) -> list[Gpu]:
         names = ", ".join(f"{gpu} ({gpu.get_state_display().lower()})" for gpu in unavailable)
         raise DomainError(ErrorCode.GPU_UNAVAILABLE, f"Not bookable now: {names}.")
     return gpus
+
+
+def _remember_booked(reservation: Reservation, rows: list[ReservationGpu]) -> None:
+    """Put the rows just written where `reservation.booked.all()` finds them (as
+    prefetch_related would), so the audit snapshot, the notice and the API's answer do not
+    read back what this request wrote."""
+    booked = reservation.booked.all()
+    booked._result_cache = rows
+    booked._prefetch_done = True
+    reservation._prefetched_objects_cache = {"booked": booked}
 
 
 def reservation_create(
@@ -335,31 +382,29 @@ def reservation_create(
 ) -> Reservation:
     """Book `gpu_ids` (one node) for [start, end) on behalf of `team`."""
     start, end = _validate_times(start=start, end=end)
-    if not user.is_superuser and selectors.team_role(user=user, team_id=team.pk) is None:
+    found, role = selectors.booking_gpus(gpu_ids=gpu_ids, user=user, team_id=team.pk)
+    if not user.is_superuser and role is None:
         raise NotPermitted(ErrorCode.NOT_TEAM_MEMBER, f"You are not a member of {team.name}.")
-    gpus = _resolve_gpus(gpu_ids)
+    gpus = _resolve_gpus(found, gpu_ids)
     _validate_team_rules(team=team, start=start, end=end, now=now, check_start=True)
-    node_id = gpus[0].node_id
+    node = gpus[0].node
     ids = [gpu.pk for gpu in gpus]
 
     def book() -> Reservation:
-        _lock_booking(user_id=user.pk, team_id=team.pk, gpu_ids=ids)
-        locked_team = Team.objects.get(pk=team.pk)  # re-read: quota may have changed meanwhile
-        _check_free(user=user, node_id=node_id, gpu_ids=ids, start=start, end=end, exclude_reservation_id=None)
-        position_before = _check_quota(
-            team=locked_team,
-            user_id=user.pk,
-            start=start,
-            end=end,
-            gpu_count=len(ids),
-            now=now,
-            exclude_reservation_id=None,
-        )
+        # The team as it is under the lock: its quota may have changed meanwhile.
+        locked_team = _lock_booking(user_id=user.pk, team_id=team.pk, gpu_ids=ids) or Team.objects.get(pk=team.pk)
         status = Reservation.Status.PENDING if locked_team.requires_approval else Reservation.Status.CONFIRMED
+        # A confirmed booking's notice goes to its booker: addressed with the checks' reads.
+        confirmed = status == Reservation.Status.CONFIRMED
+        position_before, targets = _check_booking(
+            team=locked_team, user=user, booker_id=user.pk, node_id=node.pk, gpu_ids=ids, start=start, end=end,
+            now=now, exclude_reservation_id=None,
+            also=notices.delivery_targets_query(recipients=[user.pk], team_id=team.pk) if confirmed else (),
+        )
         reservation = Reservation.objects.create(
             user=user,
             team=locked_team,
-            node_id=node_id,
+            node=node,
             gpu_count=len(ids),
             start=start,
             end=end,
@@ -368,18 +413,18 @@ def reservation_create(
             created_at=now,
             updated_at=now,
         )
+        rows = [ReservationGpu(reservation=reservation, gpu=gpu, start=start, end=end) for gpu in gpus]
         _under_constraint(
-            lambda: ReservationGpu.objects.bulk_create(
-                ReservationGpu(reservation=reservation, gpu_id=gpu_id, start=start, end=end) for gpu_id in ids
-            ),
+            lambda: ReservationGpu.objects.bulk_create(rows),
             user=user,
             gpu_ids=ids,
             start=start,
             end=end,
             reservation_id=reservation.pk,
         )
+        _remember_booked(reservation, rows)
         _audit(actor=user, at=now, action="create", reservation=reservation, before=None, after=_snapshot(reservation))
-        notices.notify_reservation_confirmed(reservation=reservation, now=now)
+        notices.notify_reservation_confirmed(reservation=reservation, now=now, targets=targets or None)
         added = len(ids) * timegrid.overlap_seconds(
             start, end, position_before.month_start, position_before.month_end
         )
@@ -445,8 +490,9 @@ def reservation_reschedule(
 
     def reschedule() -> Reservation:
         gpu_ids = list(ReservationGpu.objects.filter(reservation_id=reservation.pk).values_list("gpu_id", flat=True))
-        _lock_booking(user_id=reservation.user_id, team_id=reservation.team_id, gpu_ids=gpu_ids)
+        locked_team = _lock_booking(user_id=reservation.user_id, team_id=reservation.team_id, gpu_ids=gpu_ids)
         locked = Reservation.objects.select_related("team").get(pk=reservation.pk)
+        locked.team = locked_team or locked.team
         if locked.status not in Reservation.UPCOMING_OR_ACTIVE:
             raise Conflict(
                 ErrorCode.NOT_CHANGEABLE, f"A {locked.get_status_display().lower()} booking cannot be changed."
@@ -457,22 +503,9 @@ def reservation_reschedule(
         if begun and new_end < timegrid.ceil_to_slot(now, slot_minutes=_slot_minutes()):
             raise DomainError(ErrorCode.PAST_SLOT, "The end cannot be before the current slot ends.")
         _validate_team_rules(team=locked.team, start=new_start, end=new_end, now=now, check_start=not begun)
-        _check_free(
-            user=actor,
-            node_id=locked.node_id,
-            gpu_ids=gpu_ids,
-            start=new_start,
-            end=new_end,
-            exclude_reservation_id=locked.pk,
-        )
-        _check_quota(
-            team=locked.team,
-            user_id=locked.user_id,
-            start=new_start,
-            end=new_end,
-            gpu_count=locked.gpu_count,
-            now=now,
-            exclude_reservation_id=locked.pk,
+        _check_booking(
+            team=locked.team, user=actor, booker_id=locked.user_id, node_id=locked.node_id, gpu_ids=gpu_ids,
+            start=new_start, end=new_end, now=now, exclude_reservation_id=locked.pk,
         )
         before = _snapshot(locked)
         locked.start, locked.end, locked.updated_at = new_start, new_end, now

@@ -42,7 +42,7 @@ def new_run(
 ) -> Run:
     """The (unsaved) Run for `job` on `gpus` (of one node, in index order)."""
     return Run(
-        job=job, kind=kind, reservation_id=reservation_id, node_id=gpus[0].node_id,
+        job=job, kind=kind, reservation_id=reservation_id, node=gpus[0].node,
         gpu_ids=[gpu.pk for gpu in gpus], gpu_indices=[gpu.index for gpu in gpus], created_at=now,
         must_end_by=must_end_by or now + dt.timedelta(seconds=job.timeout_s or UNBOUNDED_RUN_S),
         estimated_end=estimated_end, preemptible=preemptible, resumed_from=job.checkpoint_path,
@@ -51,23 +51,27 @@ def new_run(
     )
 
 
-def run_claim(action: scheduler.Start, *, now: dt.datetime) -> Run | None:
-    """Write the intent (job running, run starting) and commit, before any executor call.
-    The job's state flip is the compare-and-set; the one-live-run-per-job constraint backs it."""
+def run_claim(action: scheduler.Start, *, now: dt.datetime) -> tuple[Run, str] | None:
+    """Write the intent (job running, run starting, its report token's hash) and commit, before
+    any executor call; returns the run and its report token. The job's state flip is the
+    compare-and-set; the one-live-run-per-job constraint backs it."""
     try:
         with transaction.atomic():
             if not TrainingJob.objects.filter(pk=action.job_id, state=TrainingJob.State.QUEUED).update(
                 state=TrainingJob.State.RUNNING
             ):
                 return None
-            job = TrainingJob.objects.select_related("team").get(pk=action.job_id)
+            # With what the launch reads next (its image, its node): not one query each per start.
+            job = TrainingJob.objects.select_related("team", "image").get(pk=action.job_id)
+            gpus = list(Gpu.objects.filter(pk__in=action.gpu_ids).select_related("node").order_by("index"))
             run = new_run(
-                job=job, gpus=list(Gpu.objects.filter(pk__in=action.gpu_ids).order_by("index")), kind=str(action.kind),
+                job=job, gpus=gpus, kind=str(action.kind),
                 now=now, must_end_by=action.must_end_by, reservation_id=action.reservation_id,
                 estimated_end=action.estimated_end, preemptible=action.preemptible,
             )
+            token = run.issue_report_token()  # stored with the claim: one commit less per start
             run.save()
-            return run
+            return run, token
     except IntegrityError:
         return None  # another reconciler claimed it first
 
@@ -137,14 +141,16 @@ class Launch:
     error: str = ""
 
 
-def launch(run: Run, *, executor: Executor, now: dt.datetime) -> Launch:
-    """Start a claimed run: issue its report token, write the runner's spec, call the executor,
-    store the handle it returns and mark the run running."""
+def launch(run: Run, *, executor: Executor, now: dt.datetime, token: str | None = None) -> Launch:
+    """Start a claimed run: write the runner's spec, call the executor, store the handle it
+    returns and mark the run running. `token`: the report token its claim just stored; without
+    one (a repair's relaunch: only the hash was kept) a fresh token is issued first."""
     if run.must_end_by <= now:
         run_end(run, state=Run.State.CANCELLED, reason="its slot ended before it could start", exit_code=None, now=now)
         return Launch("ended")
-    token = run.issue_report_token()
-    Run.objects.filter(pk=run.pk).update(report_token_hash=run.report_token_hash)
+    if token is None:
+        token = run.issue_report_token()
+        Run.objects.filter(pk=run.pk).update(report_token_hash=run.report_token_hash)
     try:
         write_runner_spec(run, token)
         handle = executor.start(run_spec_for(run), now=now)
@@ -153,7 +159,10 @@ def launch(run: Run, *, executor: Executor, now: dt.datetime) -> Launch:
     except (ExecutorError, ValueError, OSError) as error:
         run_end(run, state=Run.State.FAILED, reason=f"could not start: {error}", exit_code=None, now=now)
         return Launch("ended", f"run {run.pk}: {error}")
-    run_handle_record(run=run, handle=handle)
-    if run_mark_running(run=run, now=now):
-        notify_run(run, EventType.RUN_STARTED, now=now)
+    # One commit for what the start left to record (a tick that starts 50 runs waited on a
+    # commit per write, issue #19); a crash before it is repaired like one before the start.
+    with transaction.atomic():
+        run_handle_record(run=run, handle=handle)
+        if run_mark_running(run=run, now=now):
+            notify_run(run, EventType.RUN_STARTED, now=now)
     return Launch("started")

@@ -165,8 +165,8 @@ def record_observations(*, executor: Executor, now: dt.datetime, report: TickRep
 
 
 # --- 3. repair ----------------------------------------------------------------------------------
-def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickReport) -> None:
-    result = launch(run, executor=executor, now=now)
+def _launch(run: Run, *, executor: Executor, now: dt.datetime, report: TickReport, token: str | None = None) -> None:
+    result = launch(run, executor=executor, now=now, token=token)
     if result.outcome == "started":
         report.started.append(run.pk)
     elif result.outcome == "retry":
@@ -200,9 +200,10 @@ def apply_actions(actions, *, executor: Executor, now: dt.datetime, report: Tick
 
 def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.datetime, report: TickReport) -> None:
     if isinstance(action, scheduler.Start):
-        run = run_claim(action, now=now)
-        if run is not None:
-            _launch(run, executor=executor, now=now, report=report)
+        claimed = run_claim(action, now=now)
+        if claimed is not None:
+            run, token = claimed
+            _launch(run, executor=executor, now=now, report=report, token=token)
     elif isinstance(action, scheduler.Stop):
         preempted = action.reason == scheduler.Reason.PRIORITY_PREEMPTION and action.for_job_id is not None
         reason = action.reason.sentence

@@ -29,7 +29,8 @@ import math
 import statistics
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q, Window
+from django.db.models.functions import RowNumber
 
 from config.errors import DomainError
 from gpus.models import GpuSample
@@ -87,16 +88,36 @@ def idle_window(reservation: Reservation, *, now: dt.datetime) -> tuple[dt.datet
     return start, end
 
 
-def reservation_is_idle(reservation: Reservation, gpu_ids: list[int], *, now: dt.datetime) -> bool:
-    window = idle_window(reservation, now=now)
-    if window is None or not gpu_ids:
-        return False
-    threshold = reservation.team.idle_threshold_percent / 100.0
-    figures = GpuSample.objects.filter(
-        gpu_id__in=gpu_ids, minute__gte=window[0], minute__lt=window[1], utilization_mean__isnull=False
-    ).aggregate(seen=Count("id"), busy=Count("id", filter=Q(utilization_mean__gte=threshold)))
-    expected = reservation.team.idle_minutes * len(gpu_ids)
-    return figures["busy"] == 0 and figures["seen"] >= math.ceil(IDLE_COVERAGE * expected)
+def idle_reservations(live: list[tuple[Reservation, list[int]]], *, now: dt.datetime) -> set[int]:
+    """The ids of the live bookings (each with its GPU ids) whose GPUs stayed under their
+    team's threshold for the team's window. The window and threshold are the team's, so one
+    query per distinct pair among the teams — a handful — not one per booking (issue #19).
+    A GPU is in at most one live booking, so its figures belong to that booking."""
+    groups: dict[tuple, list[tuple[Reservation, list[int]]]] = {}
+    for reservation, gpu_ids in live:
+        window = idle_window(reservation, now=now)
+        if window is not None and gpu_ids:
+            key = (window, reservation.team.idle_threshold_percent / 100.0)
+            groups.setdefault(key, []).append((reservation, gpu_ids))
+    idle = set()
+    for (window, threshold), members in groups.items():
+        figures = {
+            row["gpu_id"]: row
+            for row in GpuSample.objects.filter(
+                gpu_id__in=[gpu_id for _, gpu_ids in members for gpu_id in gpu_ids],
+                minute__gte=window[0], minute__lt=window[1], utilization_mean__isnull=False,
+            )
+            .values("gpu_id")
+            .annotate(seen=Count("id"), busy=Count("id", filter=Q(utilization_mean__gte=threshold)))
+            .order_by()
+        }
+        for reservation, gpu_ids in members:
+            seen = sum(figures[gpu_id]["seen"] for gpu_id in gpu_ids if gpu_id in figures)
+            busy = sum(figures[gpu_id]["busy"] for gpu_id in gpu_ids if gpu_id in figures)
+            expected = reservation.team.idle_minutes * len(gpu_ids)
+            if busy == 0 and seen >= math.ceil(IDLE_COVERAGE * expected):
+                idle.add(reservation.pk)
+    return idle
 
 
 def check_idle_reservations(*, now: dt.datetime, summary: WatchdogSummary) -> None:
@@ -109,9 +130,10 @@ def check_idle_reservations(*, now: dt.datetime, summary: WatchdogSummary) -> No
         .order_by("start", "id")
     )
     slot_minutes = settings.GPUBOOK_SLOT_MINUTES
-    for reservation in live:
-        gpu_ids = sorted(row.gpu_id for row in reservation.booked.all())
-        if not reservation_is_idle(reservation, gpu_ids, now=now):
+    live = [(reservation, sorted(row.gpu_id for row in reservation.booked.all())) for reservation in live]
+    idle = idle_reservations(live, now=now)
+    for reservation, gpu_ids in live:
+        if reservation.pk not in idle:
             continue
         summary.idle.append(reservation.pk)
         team = reservation.team
@@ -217,22 +239,34 @@ def hot_gpus(*, gpu_ids: set[int], now: dt.datetime) -> dict[int, float]:
     return {gpu_id: temperature for gpu_id, temperature in latest.items() if temperature > limit}
 
 
-def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
-    runs = list(
-        Run.objects.filter(state=Run.State.RUNNING, stop_requested_at__isnull=True).select_related("job").order_by("id")
+def latest_epochs(*, run_ids: list[int], count: int) -> dict[int, list[dict]]:
+    """Run id → the values of its last `count` epoch metrics, oldest first. One query for all
+    the running runs (issue #19: it was one per run, every tick)."""
+    newest_first = Window(RowNumber(), partition_by=F("run_id"), order_by=F("id").desc())
+    rows = (
+        RunMetric.objects.filter(run_id__in=run_ids, event="epoch")
+        .annotate(newest=newest_first)
+        .filter(newest__lte=count)
+        .order_by("run_id", "id")
+        .values_list("run_id", "values")
     )
+    epochs: dict[int, list[dict]] = {}
+    for run_id, values in rows:
+        epochs.setdefault(run_id, []).append(values)
+    return epochs
+
+
+def check_run_anomalies(*, now: dt.datetime, summary: WatchdogSummary) -> None:
+    # The job (with its specs) is read only for a run that is stopped.
+    runs = list(Run.objects.filter(state=Run.State.RUNNING, stop_requested_at__isnull=True).order_by("id"))
     if not runs:
         return
     window = settings.GPUBOOK_ANOMALY_LOSS_WINDOW
     hot = hot_gpus(gpu_ids={gpu_id for run in runs for gpu_id in run.gpu_ids}, now=now)
     limit = settings.GPUBOOK_ANOMALY_TEMPERATURE_CELSIUS
+    epochs = latest_epochs(run_ids=[run.pk for run in runs], count=window + 1)
     for run in runs:
-        recent = list(
-            RunMetric.objects.filter(run=run, event="epoch").order_by("-id").values_list("values", flat=True)[
-                : window + 1
-            ]
-        )
-        reason = loss_anomaly(epochs=list(reversed(recent)), progress=run.progress or {})
+        reason = loss_anomaly(epochs=epochs.get(run.pk, []), progress=run.progress or {})
         # A diverged loss would diverge again from the same checkpoint: hold the job for its
         # owner. A hot GPU is not the job's fault: it resumes in its next slot.
         hold_job = reason is not None

@@ -94,12 +94,14 @@ def listening_socket() -> socket.socket:
     return sock
 
 
-def start_gunicorn(env: dict[str, str], logs: Path, sock: socket.socket) -> Process:
+def start_gunicorn(env: dict[str, str], logs: Path, sock: socket.socket, *, workers: int = 2, threads: int = 4,
+                   access_log: bool = True) -> Process:
     fd = sock.fileno()
     process = _start(
         "gunicorn",
         [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"fd://{fd}", "--worker-class", "gthread",
-         "--workers", "2", "--threads", "4", "--access-logfile", "-", "--log-level", "warning"],
+         "--workers", str(workers), "--threads", str(threads), *(["--access-logfile", "-"] if access_log else []),
+         "--log-level", "warning"],
         env, logs, pass_fds=(fd,),
     )
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/healthz"

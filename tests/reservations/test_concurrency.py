@@ -127,7 +127,7 @@ def test_same_slot_exactly_one_wins(racers):
 
 def test_negative_control_without_any_guard_double_books(racers, monkeypatch, without_constraint):
     monkeypatch.setattr(services, "_lock_booking", lambda **kwargs: None)
-    pause_after(monkeypatch, selectors, "conflicting_bookings", THREADS, timeout=10)
+    pause_after(monkeypatch, selectors, "booking_reads", THREADS, timeout=10)
     booked, _ = outcome(race(same_slot_attempts(racers)))
     assert booked > 1, "without locks and constraint every racer should have got the slot"
     assert overlapping_pairs() > 0
@@ -135,14 +135,14 @@ def test_negative_control_without_any_guard_double_books(racers, monkeypatch, wi
 
 def test_constraint_alone_holds_and_reads_as_a_conflict(racers, monkeypatch):
     monkeypatch.setattr(services, "_lock_booking", lambda **kwargs: None)
-    pause_after(monkeypatch, selectors, "conflicting_bookings", THREADS, timeout=10)
+    pause_after(monkeypatch, selectors, "booking_reads", THREADS, timeout=10)
     booked, codes = outcome(race(same_slot_attempts(racers)))
     assert booked == 1 and codes <= {"slot_conflict", "busy"} and "slot_conflict" in codes
     assert overlapping_pairs() == 0
 
 
 def test_locks_alone_hold(racers, monkeypatch, without_constraint):
-    pause_after(monkeypatch, selectors, "conflicting_bookings", THREADS, timeout=0.5)
+    pause_after(monkeypatch, selectors, "booking_reads", THREADS, timeout=0.5)
     booked, codes = outcome(race(same_slot_attempts(racers)))
     assert booked == 1 and codes == {"slot_conflict"}
     assert overlapping_pairs() == 0
@@ -168,7 +168,7 @@ def test_negative_control_quota_overspends_without_the_lock(racers, monkeypatch)
     team = racers["teams"][0]
     Team.objects.filter(pk=team.pk).update(monthly_gpu_hours=10)
     monkeypatch.setattr(services, "_lock_booking", lambda **kwargs: None)
-    pause_after(monkeypatch, selectors, "team_quota_position", THREADS, timeout=10)
+    pause_after(monkeypatch, selectors, "booking_reads", THREADS, timeout=10)
     booked, _ = outcome(race(quota_attempts(racers, team)))
     assert booked > 10
     assert selectors.quota_positions(teams=[team], now=START)[team.pk].used_gpu_hours > 10  # not the paused one

@@ -61,6 +61,22 @@ def test_estimates_are_refreshed_on_their_interval_and_for_new_jobs(world, setti
     assert late.queue_position == 2
 
 
+def test_a_job_past_the_estimate_budget_is_stored_as_not_before(world, settings):  # noqa: F811
+    settings.GPUBOOK_QUEUE_ESTIMATE_BUDGET = 1  # one plan with the one job left queued
+    submit(world, whole_node("first", "60m"))
+    second = submit(world, whole_node("second", "30m"))
+    tick(world, START)  # the first job starts; the roll-forward stops when its hour ends
+    second.refresh_from_db()
+    assert second.estimated_start is None
+    assert second.estimate_not_before == START + H  # the time reached: a lower bound
+
+    body = client_for(world["user"], api=True).get(f"/api/v1/jobs/{second.pk}/").json()
+    assert body["estimated_start"] is None and body["estimate_not_before"] is not None
+    page = client_for(world["user"]).get(f"/jobs/{second.pk}/").content.decode()
+    assert "no start found yet: not before" in page
+    assert "not before" in client_for(world["user"]).get("/queue/").content.decode()
+
+
 def test_api_job_page_and_queue_page_show_the_estimate_anonymised_for_others(world):  # noqa: F811
     submit(world, whole_node("first", "60m"))
     second = submit(world, whole_node("secret-experiment", "30m"))

@@ -227,3 +227,35 @@ def test_kill_at_never_passes_the_runs_deadline(running, notices):
     watchdog_tick(now=START)
     running.refresh_from_db()
     assert running.kill_at == START + 30 * dt.timedelta(seconds=1)
+
+
+def test_the_watchdog_reads_the_same_whatever_the_number_of_live_bookings_and_runs(booking, notices, people,
+                                                                                   inventory):
+    """Issue #19: no query per live booking (idle check) or per running run (loss check)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def statements() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            summary = watchdog_tick(now=START + 40 * MIN)
+        assert summary.stopped == {} and summary.released == []
+        return len(captured.captured_queries)
+
+    def run_on(gpus, reservation):
+        job = make_job(user=people["owner"], team=booking["team"], submitted_at=START, state="running",
+                       reservation=reservation)
+        run = make_run(job=job, gpus=gpus, started_at=START, kind=Run.Kind.RESERVED, reservation=reservation)
+        for epoch in range(3):
+            RunMetric.objects.create(run=run, event="epoch", epoch=epoch, values={"train/box_loss": 1.0}, at=START)
+
+    for gpu in booking["gpus"]:
+        fill_samples(gpu, START, 40, utilization=0.9)  # busy: nothing is idle, nothing released
+    run_on(booking["gpus"], booking["reservation"])
+    small = statements()
+    for gpus in (inventory["a"][2:3], inventory["a"][3:4], inventory["b"][:1], inventory["b"][1:]):
+        reservation = make_reservation(user=people["owner"], team=booking["team"], gpus=gpus, start=START,
+                                       end=START + 3 * H, status=Reservation.Status.ACTIVE)
+        for gpu in gpus:
+            fill_samples(gpu, START, 40, utilization=0.9)
+        run_on(gpus, reservation)
+    assert statements() == small
