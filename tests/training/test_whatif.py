@@ -74,3 +74,25 @@ def test_from_history_refuses_an_unknown_policy_field(demo):
     with pytest.raises(CommandError, match="no field 'gap_factor'"):
         call_command("simulate", "--", "--from-history", "--until", demo.isoformat(), "--set", "gap_factor=2",
                      stdout=io.StringIO())
+
+
+def test_the_admin_links_the_what_if_and_runs_it_for_the_last_days(demo, client, django_user_model):
+    client.force_login(django_user_model.objects.get(username="admin"))
+    changelist = client.get("/admin/training/trainingjob/")
+    assert 'href="/admin/training/trainingjob/what-if/"' in changelist.content.decode()
+    page = client.get("/admin/training/trainingjob/what-if/")
+    assert page.status_code == 200 and "simulate --from-history" in page.content.decode()
+    assert "whatif-table" not in page.content.decode()  # nothing runs until asked
+    page = client.get("/admin/training/trainingjob/what-if/", {"days": 30, "policy": "fifo", "overrides": ""})
+    html = page.content.decode()
+    # Now (not the demo's future week): the queued demo job is the history.
+    assert "1 training jobs (0 left out)" in html, html
+    assert "| current settings | 1 | 1 |" in html and "| fifo | 1 | 1 |" in html
+    refused = client.get("/admin/training/trainingjob/what-if/", {"days": 31, "policy": "fifo", "overrides": ""})
+    assert "whatif-table" not in refused.content.decode()
+
+
+def test_the_what_if_page_is_for_staff_only(demo, client, django_user_model):
+    client.force_login(django_user_model.objects.get(username="alice"))
+    page = client.get("/admin/training/trainingjob/what-if/", {"days": 30, "policy": "fifo"})
+    assert page.status_code == 302 and "/admin/login/" in page["Location"]
