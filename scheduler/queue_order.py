@@ -80,22 +80,35 @@ def order_queue(
     # separately for candidates and protect-only jobs.
     streams: tuple[dict, dict] = ({}, {})
     ahead_by_user: dict[tuple[Id, Id], float] = {}
+    ahead_of = ahead_by_user.get
     entry_penalty = policy.entry_penalty
     default_estimate_s = policy.default_estimate_s
-    for job in by_submit:
-        user_key = (job.team, job.user)
-        ahead = ahead_by_user.get(user_key, 0.0)
-        kind = classify(job)
-        if kind is not None:
-            rank = CLASS_RANK[job.priority]
-            if rank == 0 and job.id in demoted_urgent:
-                rank = HIGH_RANK
-            streams[kind].setdefault((job.team, job.user, rank), []).append(
-                (ahead, _submitted_s(job), job.id, job)
-            )
+    class_rank = CLASS_RANK
+    for job, kind in zip(by_submit, map(classify, by_submit), strict=True):
+        team = job.team
+        user = job.user
+        user_key = (team, user)
+        ahead = ahead_of(user_key, 0.0)
         ahead_by_user[user_key] = ahead + job.gpus_needed * (
             job.estimated_duration_s or default_estimate_s
         ) * entry_penalty
+        if kind is None:
+            continue
+        rank = class_rank[job.priority]
+        if rank == 0 and job.id in demoted_urgent:
+            rank = HIGH_RANK
+        submitted = job.submitted_at
+        entry = (
+            ahead,
+            submitted if submitted.__class__ is float else to_seconds(submitted),
+            job.id,
+            job,
+        )
+        stream = streams[kind].get((team, user, rank))
+        if stream is None:
+            streams[kind][(team, user, rank)] = [entry]
+        else:
+            stream.append(entry)
     if not streams[CANDIDATE] and not streams[PROTECT_ONLY]:
         return _Fifo([], classify, CANDIDATE), _Fifo([], classify, PROTECT_ONLY)
 
