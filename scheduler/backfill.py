@@ -580,16 +580,20 @@ class _Placer:
         # until after that reservation, whose end is not indexed: treat it as never.
         span_s = (job.estimated_duration_s or self.policy.default_estimate_s) + self.policy.grace_s
 
-        def ready_for_job(gpu_id: Id) -> float:
-            if gpu_id not in active:
-                return INFINITY
-            at_s = ready.get(gpu_id, now_s)
-            return INFINITY if at_s + span_s > next_start.get(gpu_id, INFINITY) else at_s
-
-        for node, gpus in self.topology.node_gpus.items():
-            if node in self.protected_until:
+        ready_at = ready.get
+        next_start_at = next_start.get
+        protected_until = self.protected_until
+        for node, gpu_ids in self.topology.node_gpu_ids.items():
+            if node in protected_until:
                 continue
-            times = sorted(ready_for_job(gpu.id) for gpu in gpus)
+            # When each GPU is ready for this job (inlined: a plan may visit every GPU here).
+            times = sorted([
+                INFINITY
+                if gpu_id not in active
+                or (at_s := ready_at(gpu_id, now_s)) + span_s > next_start_at(gpu_id, INFINITY)
+                else at_s
+                for gpu_id in gpu_ids
+            ])
             if needed <= len(times):
                 node_ready.append((times[needed - 1], node))
             elif needed > self.topology.max_node_size and len(times) == (
@@ -617,14 +621,20 @@ class _Placer:
         if self._ready_by_gpu is not None:
             return self._ready_by_gpu
         now_s = self.now_s
-        ready: dict[Id, float] = {}
-        for gpu_id in self.occupied:
-            # Taken by a start earlier in this plan (runs are overwritten just below).
-            ready[gpu_id] = INFINITY
+        # Taken by a start earlier in this plan (runs are overwritten just below).
+        ready: dict[Id, float] = dict.fromkeys(self.occupied, INFINITY)
+        deadline_of = self.run_deadlines_s.get
         for run in self.runs:
-            end_s = min(
-                optional_seconds(run.estimated_end), self.run_deadlines_s.get(run.id, INFINITY)
-            )
+            estimated_end = run.estimated_end
+            if estimated_end is None:
+                end_s = INFINITY
+            elif estimated_end.__class__ is float:
+                end_s = estimated_end
+            else:
+                end_s = optional_seconds(estimated_end)
+            deadline_s = deadline_of(run.id, INFINITY)
+            if deadline_s < end_s:
+                end_s = deadline_s
             if end_s == INFINITY:
                 end_s = optional_seconds(run.must_end_by)
             end_s = max(end_s, now_s)
