@@ -289,15 +289,19 @@ def start_queued_jobs(
     failures = 0
     asked_at: tuple[int, int] | None = None
     cutoff = policy.backfill and policy.use_estimates
+    # Each "yes, some job may still start" doubles the run of failures before the next
+    # question, so a plan that keeps placing jobs pays for a few scans, not one per start.
+    patience = _FAILURES_BEFORE_CUTOFF
     for examined, (key, job) in enumerate(ordered):
         if idle.total == 0 or examined >= policy.max_jobs_examined:
             break
-        if cutoff and failures >= _FAILURES_BEFORE_CUTOFF:
+        if cutoff and failures >= patience:
             state = (idle.total, len(placer.protected_until))
             if state != asked_at:
                 asked_at = state
                 if not placer.could_place_any(chain((job,), ordered.remaining())):
                     break
+                patience *= 2
         while policy.backfill and placer.protected_jobs < policy.backfill_protected_jobs:
             if not waiting_fetched:
                 waiting_head, waiting_fetched = next(protect_only, None), True

@@ -27,7 +27,6 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Callable, Iterable, Iterator
-from itertools import accumulate, groupby
 
 from scheduler.fair_share import FairShare
 from scheduler.instants import to_seconds
@@ -36,8 +35,6 @@ from scheduler.quota import QuotaBook, QuotaStanding
 from scheduler.snapshot import Id, Priority, QueuedJob, Run
 
 _SUBMIT_ORDER = operator.attrgetter("submitted_at", "id")
-_USER_OF = operator.attrgetter("team", "user")
-_PRIORITY = operator.attrgetter("priority")
 CLASS_RANK = {Priority.URGENT: 0, Priority.HIGH: 1, Priority.MEDIUM: 2, Priority.LOW: 3}
 HIGH_RANK = CLASS_RANK[Priority.HIGH]
 OVER_QUOTA_RANK = 4
@@ -79,51 +76,48 @@ def order_queue(
         )
 
     demoted_urgent = _urgent_over_limit(queued_jobs, runs, policy)
-    # One stream per (team, user, class), in submit order, each with the entry penalty of
-    # the user's queued jobs before each job. Grouping sorts in C (stable: submit order
-    # stays within a user) and the penalties are running sums, so the per-job Python work
-    # is one product; `classify` runs lazily, only on the jobs the merges reach.
+    # Streams of (entry penalty so far, submitted_s, id, job), one per (team, user, class),
+    # separately for candidates and protect-only jobs.
+    streams: tuple[dict, dict] = ({}, {})
+    ahead_by_user: dict[tuple[Id, Id], float] = {}
+    ahead_of = ahead_by_user.get
     entry_penalty = policy.entry_penalty
     default_estimate_s = policy.default_estimate_s
-    streams: list[_Stream] = []
-    users: list[tuple[Id, Id]] = []
-    for user_key, group in groupby(sorted(by_submit, key=_USER_OF), key=_USER_OF):
-        jobs = list(group)
-        users.append(user_key)
-        # ahead[i]: the penalty of the user's jobs before job i, summed in submit order.
-        ahead = list(accumulate(
-            [
-                job.gpus_needed * (job.estimated_duration_s or default_estimate_s)
-                * entry_penalty
-                for job in jobs
-            ],
-            initial=0.0,
-        ))
-        priorities = set(map(_PRIORITY, jobs))
-        if len(priorities) == 1 and Priority.URGENT not in priorities:
-            streams.append(_Stream(CLASS_RANK[priorities.pop()], jobs, ahead, classify))
+    class_rank = CLASS_RANK
+    for job, kind in zip(by_submit, map(classify, by_submit), strict=True):
+        team = job.team
+        user = job.user
+        user_key = (team, user)
+        ahead = ahead_of(user_key, 0.0)
+        ahead_by_user[user_key] = ahead + job.gpus_needed * (
+            job.estimated_duration_s or default_estimate_s
+        ) * entry_penalty
+        if kind is None:
             continue
-        by_rank: dict[int, tuple[list[QueuedJob], list[float]]] = {}
-        for job, job_ahead in zip(jobs, ahead, strict=False):
-            rank = CLASS_RANK[job.priority]
-            if rank == 0 and job.id in demoted_urgent:
-                rank = HIGH_RANK
-            rank_jobs, rank_ahead = by_rank.setdefault(rank, ([], []))
-            rank_jobs.append(job)
-            rank_ahead.append(job_ahead)
-        for rank, (rank_jobs, rank_ahead) in by_rank.items():
-            streams.append(_Stream(rank, rank_jobs, rank_ahead, classify))
+        rank = class_rank[job.priority]
+        if rank == 0 and job.id in demoted_urgent:
+            rank = HIGH_RANK
+        submitted = job.submitted_at
+        entry = (
+            ahead,
+            submitted if submitted.__class__ is float else to_seconds(submitted),
+            job.id,
+            job,
+        )
+        stream = streams[kind].get((team, user, rank))
+        if stream is None:
+            streams[kind][(team, user, rank)] = [entry]
+        else:
+            stream.append(entry)
+    if not streams[CANDIDATE] and not streams[PROTECT_ONLY]:
+        return _Fifo([], classify, CANDIDATE), _Fifo([], classify, PROTECT_ONLY)
+
+    shares = fair_share(ahead_by_user.keys())
     promotion_s = policy.class_promotion_after_s
     aging_per_s = policy.aging_per_hour / HOUR_S
-    shares: FairShare | None = None
 
-    def key_of(base_rank: int, ahead: float, job: QueuedJob) -> OrderKey:
-        nonlocal shares
-        if shares is None:
-            # Only once some job is ordered (a plan whose jobs all stay out never pays).
-            shares = fair_share(users)
-        submitted = job.submitted_at
-        submitted_s = submitted if submitted.__class__ is float else to_seconds(submitted)
+    def key_of(base_rank: int, entry: tuple[float, float, Id, QueuedJob]) -> OrderKey:
+        ahead, submitted_s, job_id, job = entry
         waited_s = max(now_s - submitted_s, 0.0)
         rank = base_rank
         if rank > HIGH_RANK and promotion_s > 0:
@@ -131,43 +125,9 @@ def order_queue(
         if quota.standing(job.team) == QuotaStanding.OVER_ALLOWED:
             rank = OVER_QUOTA_RANK
         score = shares.score(job.team, job.user, ahead) - aging_per_s * waited_s
-        return (rank, score, submitted_s, job.id)
+        return (rank, score, submitted_s, job_id)
 
-    return _Merging(streams, CANDIDATE, key_of), _Merging(streams, PROTECT_ONLY, key_of)
-
-
-_UNKNOWN = -1
-
-
-class _Stream:
-    """One (team, user, class) stream: its jobs in submit order, the entry penalty before
-    each, and `classify`'s verdicts, asked once each, on first need."""
-
-    __slots__ = ("ahead", "base_rank", "classify", "jobs", "kinds")
-
-    def __init__(
-        self, base_rank: int, jobs: list[QueuedJob], ahead: list[float],
-        classify: Callable[[QueuedJob], int | None],
-    ) -> None:
-        self.base_rank = base_rank
-        self.jobs = jobs
-        self.ahead = ahead
-        self.classify = classify
-        self.kinds: list[int | None] = [_UNKNOWN] * len(jobs)
-
-    def find(self, kind: int, position: int) -> int:
-        """The first position from `position` on whose job is of `kind` (len: none)."""
-        kinds = self.kinds
-        jobs = self.jobs
-        classify = self.classify
-        while position < len(jobs):
-            verdict = kinds[position]
-            if verdict == _UNKNOWN:
-                verdict = kinds[position] = classify(jobs[position])
-            if verdict == kind:
-                return position
-            position += 1
-        return position
+    return _Merging(streams[CANDIDATE], key_of), _Merging(streams[PROTECT_ONLY], key_of)
 
 
 class Ordered:
@@ -215,61 +175,52 @@ class _Fifo(Ordered):
 
 
 class _Merging(Ordered):
-    """k-way merge of the streams' jobs of one kind; keys never decrease along a stream,
-    so only each stream's next job of that kind is keyed (the order is the full sort's)."""
+    """k-way merge of streams whose keys never decrease: only heads are keyed."""
 
-    __slots__ = ("_heap", "_key_of", "_kind", "_positions", "_streams")
+    __slots__ = ("_heap", "_key_of", "_positions", "_streams")
 
     def __init__(
         self,
-        streams: list[_Stream],
-        kind: int,
-        key_of: Callable[[int, float, QueuedJob], OrderKey],
+        streams: dict[tuple[Id, Id, int], list[tuple[float, float, Id, QueuedJob]]],
+        key_of: Callable[[int, tuple[float, float, Id, QueuedJob]], OrderKey],
     ) -> None:
-        self._streams = streams
-        self._kind = kind
+        self._streams = list(streams.items())
+        self._positions = [0] * len(self._streams)
         self._key_of = key_of
-        self._positions: list[int] = []
         self._heap: list[tuple[OrderKey, int]] | None = None  # keyed on first use
-
-    def _push(self, heap: list, number: int, position: int) -> None:
-        stream = self._streams[number]
-        position = stream.find(self._kind, position)
-        self._positions[number] = position
-        if position < len(stream.jobs):
-            heapq.heappush(
-                heap,
-                (self._key_of(stream.base_rank, stream.ahead[position], stream.jobs[position]),
-                 number),
-            )
 
     def __next__(self) -> tuple[OrderKey, QueuedJob]:
         heap = self._heap
         if heap is None:
-            heap = self._heap = []
-            self._positions = [0] * len(self._streams)
-            for number in range(len(self._streams)):
-                self._push(heap, number, 0)
+            key_of = self._key_of
+            heap = self._heap = [
+                (key_of(base_rank, entries[0]), number)
+                for number, ((_, _, base_rank), entries) in enumerate(self._streams)
+            ]
+            heapq.heapify(heap)
         elif heap:
             # Advance the stream of the job produced last only now: its successor's key may
             # depend on what the caller did with that job (a quota charge).
-            number = heapq.heappop(heap)[1]
-            self._push(heap, number, self._positions[number] + 1)
+            number = heap[0][1]
+            (_, _, base_rank), entries = self._streams[number]
+            position = self._positions[number] + 1
+            self._positions[number] = position
+            if position < len(entries):
+                heapq.heapreplace(heap, (self._key_of(base_rank, entries[position]), number))
+            else:
+                heapq.heappop(heap)
         if not heap:
             raise StopIteration
         key, number = heap[0]
-        return key, self._streams[number].jobs[self._positions[number]]
+        return key, self._streams[number][1][self._positions[number]][3]
 
     def remaining(self) -> Iterator[QueuedJob]:
-        heap = self._heap
-        produced = heap[0][1] if heap else None  # its position is not advanced yet
-        kind = self._kind
-        for number, stream in enumerate(self._streams):
-            position = self._positions[number] if heap is not None else 0
-            position = stream.find(kind, position + (number == produced))
-            while position < len(stream.jobs):
-                yield stream.jobs[position]
-                position = stream.find(kind, position + 1)
+        produced = self._heap[0][1] if self._heap else None  # its position is not advanced yet
+        for number, ((_, entries), position) in enumerate(
+            zip(self._streams, self._positions, strict=True)
+        ):
+            for entry in entries[position + (number == produced):]:
+                yield entry[3]
 
 
 def _urgent_over_limit(
