@@ -37,16 +37,16 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler.policy import Policy  # noqa: E402
 from scheduler.sim.metrics import compute_metrics  # noqa: E402
-from scheduler.sim.policies import POLICY_NAMES, policy_for  # noqa: E402
+from scheduler.sim.policies import POLICY_NAMES, policy_for, policy_overrides  # noqa: E402
 from scheduler.sim.replay import run_policy, team_quotas  # noqa: E402
+from scheduler.sim.report import metrics_table  # noqa: E402
 from scheduler.sim.trace import read_trace  # noqa: E402
 from scheduler.sim.workload import build_workload, make_gpus  # noqa: E402
 
@@ -87,22 +87,6 @@ WINDOWS = (
     TraceWindow("itp_cluster04", "itp_cluster04.csv", 10 * DAY_S, 2.0),
 )
 
-# Columns of the table: (metric key, header, format).
-COLUMNS = (
-    ("wait_mean_s", "mean wait s", "{:,.0f}"),
-    ("wait_p95_s", "p95 wait s", "{:,.0f}"),
-    ("slowdown_mean", "bounded slowdown", "{:,.1f}"),
-    ("utilization", "util", "{:.3f}"),
-    ("goodput", "goodput", "{:.3f}"),
-    ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
-    ("lost_share", "lost % cap", "{:.2%}"),
-    ("preemptions", "preempt", "{:,.1f}"),
-    ("reservations_honoured", "honoured", "{:.1%}"),
-    ("quota_violations", "quota viol", "{:.1f}"),
-    ("jain_fairness", "Jain", "{:.3f}"),
-)
-
-
 def offered_gpus(trace, window: tuple[float, float]) -> float:
     start, end = window
     return sum(job.gpus * min(job.duration_s, end - job.submit_s) for job in trace) / (
@@ -112,25 +96,6 @@ def offered_gpus(trace, window: tuple[float, float]) -> float:
 
 def cluster_size(offered: float, load: float) -> int:
     return max(GPUS_PER_NODE, math.ceil(offered / load / GPUS_PER_NODE) * GPUS_PER_NODE)
-
-
-def parse_overrides(texts: list[str]) -> dict[str, object]:
-    """`FIELD=VALUE` pairs for gpubook's Policy, typed by the field's default."""
-    defaults = Policy()
-    types = {field.name: type(getattr(defaults, field.name)) for field in fields(Policy)}
-    overrides: dict[str, object] = {}
-    for text in texts:
-        name, _, value = text.partition("=")
-        if name not in types:
-            raise SystemExit(f"--gpubook: Policy has no field {name!r}")
-        kind = types[name]
-        if kind is bool:
-            overrides[name] = value.lower() in ("1", "true", "yes")
-        elif kind in (int, float):
-            overrides[name] = kind(float(value)) if kind is int else float(value)
-        else:
-            overrides[name] = kind(value)
-    return overrides
 
 
 def run_cell(task: tuple) -> dict:
@@ -159,8 +124,6 @@ def run_cell(task: tuple) -> dict:
         result, workload, policy_name=name, gpus_total=gpus_total, window=window,
         quotas=team_quotas(workload, policy, actual_load), wall_s=wall_s,
     )
-    capacity_gpu_h = gpus_total * (window[1] - window[0]) / 3600.0
-    metrics["lost_share"] = metrics["lost_gpu_hours"] / capacity_gpu_h
     metrics["jobs"] = len(trace)
     return {
         "trace": setup.name, "load": load, "share": share, "seed": seed, "policy": name,
@@ -229,16 +192,14 @@ def check_targets(rows: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict], verdicts: list[dict]) -> str:
-    header = "| trace | load | GPUs | booked | policy | " + " | ".join(
-        title for _, title, _ in COLUMNS
-    ) + " |"
-    lines = [header, "|" + "---|" * (5 + len(COLUMNS))]
-    for row in rows:
-        values = " | ".join(fmt.format(row["metrics"][key]) for key, _, fmt in COLUMNS)
-        lines.append(
-            f"| {row['trace']} | {row['load']:.2f} | {row['gpus']} | {row['share']:.2f} | "
-            f"{row['policy']} | {values} |"
-        )
+    lines = [metrics_table(
+        ["trace", "load", "GPUs", "booked", "policy"],
+        [
+            ([row["trace"], f"{row['load']:.2f}", str(row["gpus"]), f"{row['share']:.2f}",
+              row["policy"]], row["metrics"])
+            for row in rows
+        ],
+    )]
     lines += ["", "| trace | load | booked | gpubook targets missed |", "|---|---|---|---|"]
     for verdict in verdicts:
         missed = ", ".join(verdict["missed"]) or "none (all met)"
@@ -304,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     policies = [name for name in arguments.policies.split(",") if name]
     if "gpubook" in policies and "fifo" not in policies:
         policies.insert(0, "fifo")  # the targets are relative to FIFO
-    overrides = parse_overrides(arguments.gpubook)
+    try:
+        overrides = policy_overrides(arguments.gpubook)
+    except ValueError as error:
+        raise SystemExit(f"--gpubook: {error}") from None
     tasks = [
         (setup, load, share, seed, name, overrides, arguments.static_booking)
         for setup in WINDOWS if setup.name in wanted

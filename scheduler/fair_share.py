@@ -65,22 +65,37 @@ def compute_fair_share(
     team_usage: dict[Id, float] = {}
     user_usage: dict[tuple[Id, Id], float] = {}
     users: dict[Id, set[Id]] = {}
-
-    def add(team: Id, user: Id, gpu_s: float) -> None:
-        team_usage[team] = team_usage.get(team, 0.0) + gpu_s
-        user_usage[(team, user)] = user_usage.get((team, user), 0.0) + gpu_s
-        users.setdefault(team, set()).add(user)
-
+    # The additions are inlined (a plan visits every usage record and run here); each is
+    # `decay_factor` / the run's charge, in the same order, so the sums are the same floats.
     for record in usage:
-        add(
-            record.team,
-            record.user,
-            record.gpu_seconds * decay_factor(now_s - to_seconds(record.as_of), half_life_s),
-        )
+        team, user = record.team, record.user
+        as_of = record.as_of
+        age_s = now_s - (as_of if as_of.__class__ is float else to_seconds(as_of))
+        gpu_s = record.gpu_seconds * 0.5 ** ((age_s if age_s > 0.0 else 0.0) / half_life_s)
+        team_usage[team] = team_usage.get(team, 0.0) + gpu_s
+        key = (team, user)
+        user_usage[key] = user_usage.get(key, 0.0) + gpu_s
+        members = users.get(team)
+        if members is None:
+            users[team] = {user}
+        else:
+            members.add(user)
+    usage_factor = policy.usage_factor
+    backfill = RunKind.BACKFILL
     for run in runs:
-        factor = policy.usage_factor if run.kind == RunKind.BACKFILL else 1.0
-        elapsed_s = max(now_s - to_seconds(run.started_at), 0.0)
-        add(run.team, run.user, len(run.gpu_ids) * elapsed_s * factor)
+        factor = usage_factor if run.kind == backfill else 1.0
+        started = run.started_at
+        elapsed_s = now_s - (started if started.__class__ is float else to_seconds(started))
+        gpu_s = len(run.gpu_ids) * (elapsed_s if elapsed_s > 0.0 else 0.0) * factor
+        team, user = run.team, run.user
+        team_usage[team] = team_usage.get(team, 0.0) + gpu_s
+        key = (team, user)
+        user_usage[key] = user_usage.get(key, 0.0) + gpu_s
+        members = users.get(team)
+        if members is None:
+            users[team] = {user}
+        else:
+            members.add(user)
     for team, user in queued_users:
         users.setdefault(team, set()).add(user)
 

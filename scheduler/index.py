@@ -28,6 +28,8 @@ class Topology:
     gpu_by_id: dict[Id, Gpu]
     # Node id → its GPUs ordered by index; nodes in sorted order.
     node_gpus: dict[Id, tuple[Gpu, ...]]
+    # The same, as GPU ids (the hot loops look up ids).
+    node_gpu_ids: dict[Id, tuple[Id, ...]]
     node_sizes: dict[Id, int]
     max_node_size: int
     active_gpu_count: int
@@ -47,6 +49,7 @@ def topology_of(gpus: tuple[Gpu, ...]) -> Topology:
     topology = Topology(
         gpu_by_id={gpu.id: gpu for gpu in gpus},
         node_gpus=node_gpus,
+        node_gpu_ids={node: tuple(gpu.id for gpu in members) for node, members in node_gpus.items()},
         node_sizes={node: len(members) for node, members in node_gpus.items()},
         max_node_size=max((len(node) for node in node_gpus.values()), default=0),
         active_gpu_count=sum(1 for gpu in gpus if gpu.state == GpuState.ACTIVE),

@@ -34,7 +34,7 @@ from scheduler.actions import Reason, Stop
 from scheduler.index import ReservationIndex, Topology
 from scheduler.instants import INFINITY, to_seconds
 from scheduler.policy import Policy
-from scheduler.queue_order import CLASS_RANK, HIGH_RANK
+from scheduler.queue_order import CLASS_RANK, HIGH_RANK, PRIORITY_OF
 from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run, RunKind
 
 PREEMPTING_CLASSES = frozenset({Priority.URGENT, Priority.HIGH})
@@ -46,6 +46,8 @@ def _effective_ranks(
     """Class rank of each urgent or high queued job, urgent past the team limit as high
     (the same rule as queue_order: the team's urgent runs count first, then its queued
     urgent jobs by submit time)."""
+    if PREEMPTING_CLASSES.isdisjoint(map(PRIORITY_OF, queued_jobs)):
+        return {}  # the common case, told by a pass in C instead of one in Python
     urgent_in_use: dict[Id, int] = {}
     for run in runs:
         if run.priority == Priority.URGENT:

@@ -35,6 +35,7 @@ from scheduler.quota import QuotaBook, QuotaStanding
 from scheduler.snapshot import Id, Priority, QueuedJob, Run
 
 _SUBMIT_ORDER = operator.attrgetter("submitted_at", "id")
+PRIORITY_OF = operator.attrgetter("priority")
 CLASS_RANK = {Priority.URGENT: 0, Priority.HIGH: 1, Priority.MEDIUM: 2, Priority.LOW: 3}
 HIGH_RANK = CLASS_RANK[Priority.HIGH]
 OVER_QUOTA_RANK = 4
@@ -62,7 +63,7 @@ def order_queue(
     classify: Callable[[QueuedJob], int | None],
     now_s: float,
     policy: Policy,
-) -> tuple[Iterator[tuple[OrderKey, QueuedJob]], Iterator[tuple[OrderKey, QueuedJob]]]:
+) -> tuple[Ordered, Ordered]:
     """Two lazy orders, best first, of (key, job): the jobs `classify` calls CANDIDATE and
     those it calls PROTECT_ONLY (None: left out). Keys of both compare with each other, as
     they come from one rule. `fair_share` is called only when needed (FIFO never pays)."""
@@ -71,8 +72,8 @@ def order_queue(
     by_submit = sorted(queued_jobs, key=_SUBMIT_ORDER)
     if policy.queue_order == QueueOrder.FIFO:
         return (
-            _fifo(by_submit, classify, CANDIDATE),
-            _fifo(by_submit, classify, PROTECT_ONLY),
+            _Fifo(by_submit, classify, CANDIDATE),
+            _Fifo(by_submit, classify, PROTECT_ONLY),
         )
 
     demoted_urgent = _urgent_over_limit(queued_jobs, runs, policy)
@@ -80,24 +81,37 @@ def order_queue(
     # separately for candidates and protect-only jobs.
     streams: tuple[dict, dict] = ({}, {})
     ahead_by_user: dict[tuple[Id, Id], float] = {}
+    ahead_of = ahead_by_user.get
     entry_penalty = policy.entry_penalty
     default_estimate_s = policy.default_estimate_s
-    for job in by_submit:
-        user_key = (job.team, job.user)
-        ahead = ahead_by_user.get(user_key, 0.0)
-        kind = classify(job)
-        if kind is not None:
-            rank = CLASS_RANK[job.priority]
-            if rank == 0 and job.id in demoted_urgent:
-                rank = HIGH_RANK
-            streams[kind].setdefault((job.team, job.user, rank), []).append(
-                (ahead, _submitted_s(job), job.id, job)
-            )
+    class_rank = CLASS_RANK
+    for job, kind in zip(by_submit, map(classify, by_submit), strict=True):
+        team = job.team
+        user = job.user
+        user_key = (team, user)
+        ahead = ahead_of(user_key, 0.0)
         ahead_by_user[user_key] = ahead + job.gpus_needed * (
             job.estimated_duration_s or default_estimate_s
         ) * entry_penalty
+        if kind is None:
+            continue
+        rank = class_rank[job.priority]
+        if rank == 0 and job.id in demoted_urgent:
+            rank = HIGH_RANK
+        submitted = job.submitted_at
+        entry = (
+            ahead,
+            submitted if submitted.__class__ is float else to_seconds(submitted),
+            job.id,
+            job,
+        )
+        stream = streams[kind].get((team, user, rank))
+        if stream is None:
+            streams[kind][(team, user, rank)] = [entry]
+        else:
+            stream.append(entry)
     if not streams[CANDIDATE] and not streams[PROTECT_ONLY]:
-        return iter(()), iter(())
+        return _Fifo([], classify, CANDIDATE), _Fifo([], classify, PROTECT_ONLY)
 
     shares = fair_share(ahead_by_user.keys())
     promotion_s = policy.class_promotion_after_s
@@ -114,46 +128,108 @@ def order_queue(
         score = shares.score(job.team, job.user, ahead) - aging_per_s * waited_s
         return (rank, score, submitted_s, job_id)
 
-    return _merging(streams[CANDIDATE], key_of), _merging(streams[PROTECT_ONLY], key_of)
+    return _Merging(streams[CANDIDATE], key_of), _Merging(streams[PROTECT_ONLY], key_of)
 
 
-def _fifo(
-    by_submit: list[QueuedJob], classify: Callable[[QueuedJob], int | None], kind: int
-) -> Iterator[tuple[OrderKey, QueuedJob]]:
-    """Lazily: strict FIFO usually looks at the head only, so classify only what is asked."""
-    for job in by_submit:
-        if classify(job) == kind:
-            yield (_submitted_s(job), job.id), job
+class Ordered:
+    """A lazy order of (key, job), best first. `remaining()` lists the jobs it has not
+    produced yet, in no particular order: backfill asks it whether any of them could still
+    start before it pays for ordering them."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Ordered:
+        return self
+
+    def __next__(self) -> tuple[OrderKey, QueuedJob]:
+        raise NotImplementedError
+
+    def remaining(self) -> Iterator[QueuedJob]:
+        raise NotImplementedError
 
 
-def _merging(
-    streams: dict[tuple[Id, Id, int], list[tuple[float, float, Id, QueuedJob]]],
-    key_of: Callable[[int, tuple[float, float, Id, QueuedJob]], OrderKey],
-) -> Iterator[tuple[OrderKey, QueuedJob]]:
+class _Fifo(Ordered):
+    """Strict FIFO usually looks at the head only, so classify only what is asked."""
+
+    __slots__ = ("_by_submit", "_classify", "_kind", "_position")
+
+    def __init__(
+        self, by_submit: list[QueuedJob], classify: Callable[[QueuedJob], int | None], kind: int
+    ) -> None:
+        self._by_submit = by_submit
+        self._classify = classify
+        self._kind = kind
+        self._position = 0
+
+    def __next__(self) -> tuple[OrderKey, QueuedJob]:
+        by_submit = self._by_submit
+        while self._position < len(by_submit):
+            job = by_submit[self._position]
+            self._position += 1
+            if self._classify(job) == self._kind:
+                return (_submitted_s(job), job.id), job
+        raise StopIteration
+
+    def remaining(self) -> Iterator[QueuedJob]:
+        classify, kind = self._classify, self._kind
+        return (job for job in self._by_submit[self._position:] if classify(job) == kind)
+
+
+class _Merging(Ordered):
     """k-way merge of streams whose keys never decrease: only heads are keyed."""
-    heap: list[tuple[OrderKey, int]] = []
-    stream_list = list(streams.items())
-    positions = [0] * len(stream_list)
-    for number, ((_, _, base_rank), entries) in enumerate(stream_list):
-        heap.append((key_of(base_rank, entries[0]), number))
-    heapq.heapify(heap)
-    while heap:
+
+    __slots__ = ("_heap", "_key_of", "_positions", "_streams")
+
+    def __init__(
+        self,
+        streams: dict[tuple[Id, Id, int], list[tuple[float, float, Id, QueuedJob]]],
+        key_of: Callable[[int, tuple[float, float, Id, QueuedJob]], OrderKey],
+    ) -> None:
+        self._streams = list(streams.items())
+        self._positions = [0] * len(self._streams)
+        self._key_of = key_of
+        self._heap: list[tuple[OrderKey, int]] | None = None  # keyed on first use
+
+    def __next__(self) -> tuple[OrderKey, QueuedJob]:
+        heap = self._heap
+        if heap is None:
+            key_of = self._key_of
+            heap = self._heap = [
+                (key_of(base_rank, entries[0]), number)
+                for number, ((_, _, base_rank), entries) in enumerate(self._streams)
+            ]
+            heapq.heapify(heap)
+        elif heap:
+            # Advance the stream of the job produced last only now: its successor's key may
+            # depend on what the caller did with that job (a quota charge).
+            number = heap[0][1]
+            (_, _, base_rank), entries = self._streams[number]
+            position = self._positions[number] + 1
+            self._positions[number] = position
+            if position < len(entries):
+                heapq.heapreplace(heap, (self._key_of(base_rank, entries[position]), number))
+            else:
+                heapq.heappop(heap)
+        if not heap:
+            raise StopIteration
         key, number = heap[0]
-        (_, _, base_rank), entries = stream_list[number]
-        position = positions[number]
-        yield key, entries[position][3]
-        position += 1
-        positions[number] = position
-        if position < len(entries):
-            heapq.heapreplace(heap, (key_of(base_rank, entries[position]), number))
-        else:
-            heapq.heappop(heap)
+        return key, self._streams[number][1][self._positions[number]][3]
+
+    def remaining(self) -> Iterator[QueuedJob]:
+        produced = self._heap[0][1] if self._heap else None  # its position is not advanced yet
+        for number, ((_, entries), position) in enumerate(
+            zip(self._streams, self._positions, strict=True)
+        ):
+            for entry in entries[position + (number == produced):]:
+                yield entry[3]
 
 
 def _urgent_over_limit(
     queued_jobs: tuple[QueuedJob, ...], runs: list[Run], policy: Policy
 ) -> set[Id]:
     """Ids of queued urgent jobs beyond their team's urgent limit (they rank as high)."""
+    if Priority.URGENT not in set(map(PRIORITY_OF, queued_jobs)):
+        return set()  # the common case, told by a pass in C instead of one in Python
     urgent = [
         (_submitted_s(job), job.id, job) for job in queued_jobs if job.priority == Priority.URGENT
     ]

@@ -2,8 +2,16 @@
 services and the scheduler, so here they are for looking, searching and filtering; changing a
 job's state by hand would bypass the rules (cancel it through the API or its page instead)."""
 
-from django.contrib import admin
+import datetime as dt
 
+from django import forms
+from django.contrib import admin
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils import timezone
+
+from scheduler.sim.policies import POLICY_NAMES, policy_overrides
+from training import whatif
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
 
 
@@ -58,6 +66,22 @@ class RunInline(admin.TabularInline):
         return False
 
 
+class WhatIfForm(forms.Form):
+    days = forms.IntegerField(min_value=1, max_value=30, initial=30, help_text="How far back (at most 30 days).")
+    policy = forms.ChoiceField(choices=[(name, name) for name in POLICY_NAMES], initial="gpubook")
+    overrides = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 50}),
+        help_text="scheduler.Policy fields for the what-if row, one FIELD=VALUE a line, "
+        "e.g. non_checkpointable_gap_factor=1",
+    )
+
+    def clean_overrides(self) -> dict[str, object]:
+        try:
+            return policy_overrides(self.cleaned_data["overrides"].split())
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+
 @admin.register(TrainingJob)
 class TrainingJobAdmin(ReadOnlyAdmin):
     list_display = ["id", "name", "team", "user", "state", "priority", "gpus_needed", "reservation", "submitted_at"]
@@ -66,6 +90,41 @@ class TrainingJobAdmin(ReadOnlyAdmin):
     list_select_related = ["team", "user", "reservation"]
     date_hierarchy = "submitted_at"
     inlines = [RunInline]
+    # Its object tools link the scheduler what-if (the scheduler's policy is set in the
+    # server's settings, so this is the admin's place to try another before changing them).
+    change_list_template = "admin/training/trainingjob/change_list.html"
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.whatif_view)
+        return [path("what-if/", view, name="training_trainingjob_whatif"), *super().get_urls()]
+
+    def whatif_view(self, request):
+        """The last days' jobs and bookings replayed under the current settings and another
+        policy (`manage.py simulate --from-history`), at most `ADMIN_MAX_JOBS` queued jobs so
+        a click stays seconds of work. A GET with the form's fields runs it: it changes
+        nothing."""
+        form = WhatIfForm(request.GET if "days" in request.GET else None)
+        report = None
+        if form.is_bound and form.is_valid():
+            try:
+                report = whatif.history_whatif(
+                    now=timezone.now(), since=dt.timedelta(days=form.cleaned_data["days"]),
+                    policy_name=form.cleaned_data["policy"], overrides=form.cleaned_data["overrides"],
+                    max_jobs=whatif.ADMIN_MAX_JOBS,
+                )
+            except ValueError as error:  # e.g. no GPUs in the inventory yet
+                form.add_error(None, str(error))
+        command = "python manage.py simulate --from-history --since 30d --policy gpubook --set FIELD=VALUE"
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Scheduler what-if on this server's history",
+            "opts": self.model._meta,
+            "form": form,
+            "report": report,
+            "command": command,
+            "max_jobs": whatif.ADMIN_MAX_JOBS,
+        }
+        return TemplateResponse(request, "admin/training/whatif.html", context)
 
 
 class ArtifactInline(admin.TabularInline):

@@ -10,7 +10,9 @@
 * `preemptions`: runs stopped or killed before their job finished, except at the end of
   their own slot; `reservations_honoured`: bookings whose job started at the booked start
   (fifo: the job started when its booking would have begun); `quota_violations`: teams
-  whose charge exceeded their quota; `unplaceable_jobs`: jobs larger than the cluster.
+  whose charge exceeded their quota; `unplaceable_jobs`: jobs larger than the cluster;
+  `lost_gpu_hours`: work thrown away by kills and stops of jobs that cannot checkpoint,
+  `lost_share` the same over the window's capacity.
 """
 
 from __future__ import annotations
@@ -114,6 +116,14 @@ def compute_metrics(
         1 for team, charge in result.team_charges_gpu_s.items() if charge > quotas.get(team, 0)
     )
     user_means = [sum(values) / len(values) for values in slowdowns_by_user.values()]
+    lost_gpu_hours = (
+        sum(
+            record.gpus * (record.end_s - record.start_s - record.overhead_s - record.useful_s)
+            for record in result.run_records
+            if record.how in ("killed", "stopped_lost")
+        )
+        / 3600.0
+    )
     return {
         "utilization": busy / capacity_gpu_s,
         "utilization_of_offered": busy / max(min(capacity_gpu_s, offered), 1.0),
@@ -133,12 +143,9 @@ def compute_metrics(
         "releases_early_finish": sum(
             1 for _, reason in result.released.values() if reason == Reason.JOB_FINISHED_EARLY
         ),
-        "lost_gpu_hours": sum(
-            record.gpus * (record.end_s - record.start_s - record.overhead_s - record.useful_s)
-            for record in result.run_records
-            if record.how in ("killed", "stopped_lost")
-        )
-        / 3600.0,
+        "lost_gpu_hours": lost_gpu_hours,
+        # The issue's "work lost to preemption as a share of capacity" (of the window).
+        "lost_share": lost_gpu_hours * 3600.0 / capacity_gpu_s,
         "plan_calls": result.plan_calls,
     }
 

@@ -17,6 +17,8 @@ through the very same `plan()` with features switched off:
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from scheduler.policy import Policy, QueueOrder
 
 POLICY_NAMES = ("fifo", "reservations-only", "easy", "gpubook")
@@ -54,3 +56,23 @@ def policy_for(name: str, *, grace_s: float = 60.0) -> Policy:
     if name == "gpubook":
         return Policy(grace_s=grace_s, allow_multi_node=True)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+
+
+def policy_overrides(texts: list[str]) -> dict[str, object]:
+    """`FIELD=VALUE` pairs for a `Policy`, typed by the field's default; ValueError names the
+    first that is not a field or not a value of its type."""
+    defaults = Policy()
+    types = {field.name: type(getattr(defaults, field.name)) for field in fields(Policy)}
+    overrides: dict[str, object] = {}
+    for text in texts:
+        name, separator, value = text.partition("=")
+        if not separator or name not in types:
+            raise ValueError(f"Policy has no field {name!r} (expected FIELD=VALUE)")
+        kind = types[name]
+        if kind is bool:
+            overrides[name] = value.lower() in ("1", "true", "yes")
+        elif kind is int:
+            overrides[name] = int(float(value))
+        else:
+            overrides[name] = kind(value)
+    return overrides

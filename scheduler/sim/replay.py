@@ -17,6 +17,7 @@ from scheduler.sim.policies import (
     policy_for,
 )
 from scheduler.sim.workload import Workload, make_gpus
+from scheduler.snapshot import Gpu
 
 # Quotas are sized to each team's demand divided by this load, i.e. generous: the trace
 # has no quotas, so the replay only checks that none is overspent.
@@ -81,17 +82,19 @@ def run_policy(
     grace_s: float,
     policy: Policy | None = None,
     run_aware_booking: bool | None = None,
+    gpus: tuple[Gpu, ...] | None = None,
 ) -> tuple[SimulationResult, float]:
     """Replay `workload` under the named policy (or `policy`, a variant of it).
     `run_aware_booking` (default: gpubook only) places bookings when they are made, around
-    the runs then (`SimulationConfig.run_aware_booking`)."""
+    the runs then (`SimulationConfig.run_aware_booking`). `gpus`: a real cluster's GPUs
+    (nodes of any size) instead of `gpus_total` on nodes of `gpus_per_node`."""
     if run_aware_booking is None:
         run_aware_booking = name in RUN_AWARE_BOOKING_POLICIES
     policy = policy or policy_for(name, grace_s=grace_s)
     fifo = name == "fifo"
     exact = name in EXACT_RUNTIME_POLICIES
     config = SimulationConfig(
-        gpus=make_gpus(gpus_total, gpus_per_node),
+        gpus=gpus or make_gpus(gpus_total, gpus_per_node),
         policy=policy,
         restart_overhead_s=restart_overhead_s,
         team_quota_gpu_s=team_quotas(workload, policy, load),

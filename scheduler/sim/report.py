@@ -6,6 +6,35 @@ from pathlib import Path
 
 from scheduler.sim.replay import Scenario
 
+# The evaluation matrix's metric columns (issue #15), shared by `benchmarks/eval_matrix.py`
+# and the what-if on gpubook's own history: (metric key, header, format).
+METRIC_COLUMNS = (
+    ("wait_mean_s", "mean wait s", "{:,.0f}"),
+    ("wait_p95_s", "p95 wait s", "{:,.0f}"),
+    ("slowdown_mean", "bounded slowdown", "{:,.1f}"),
+    ("utilization", "util", "{:.3f}"),
+    ("goodput", "goodput", "{:.3f}"),
+    ("lost_gpu_hours", "lost GPU-h", "{:,.1f}"),
+    ("lost_share", "lost % cap", "{:.2%}"),
+    ("preemptions", "preempt", "{:,.1f}"),
+    ("reservations_honoured", "honoured", "{:.1%}"),
+    ("quota_violations", "quota viol", "{:.1f}"),
+    ("jain_fairness", "Jain", "{:.3f}"),
+)
+
+
+def metric_cells(metrics: dict) -> list[str]:
+    return [fmt.format(metrics[key]) for key, _, fmt in METRIC_COLUMNS]
+
+
+def metrics_table(leading: list[str], rows: list[tuple[list[str], dict]]) -> str:
+    """A markdown table: the `leading` columns (each row's first cells), then the metrics."""
+    header = leading + [title for _, title, _ in METRIC_COLUMNS]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cells, metrics in rows:
+        lines.append("| " + " | ".join(cells + metric_cells(metrics)) + " |")
+    return "\n".join(lines)
+
 
 def write_html(path: Path, all_series: dict[str, dict], scenario: Scenario) -> None:
     import plotly.graph_objects as go

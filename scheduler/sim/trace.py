@@ -21,7 +21,8 @@ class TraceJob:
     status: str
 
 
-def _parse_time(text: str) -> float:
+def parse_duration(text: str) -> float:
+    """Seconds, with an optional s/m/h/d suffix: `90`, `15m`, `30d`."""
     text = text.strip()
     multipliers = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
     if text and text[-1] in multipliers:
@@ -36,8 +37,8 @@ def parse_window(text: str | None) -> tuple[float, float]:
     start_text, separator, end_text = text.partition(":")
     if not separator:
         raise argparse.ArgumentTypeError("--window must look like START:END, e.g. 20d:30d")
-    start = _parse_time(start_text) if start_text.strip() else -math.inf
-    end = _parse_time(end_text) if end_text.strip() else math.inf
+    start = parse_duration(start_text) if start_text.strip() else -math.inf
+    end = parse_duration(end_text) if end_text.strip() else math.inf
     if end <= start:
         raise argparse.ArgumentTypeError("--window END must be after START")
     return (start, end)
