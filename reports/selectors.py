@@ -8,10 +8,10 @@ import dataclasses
 import datetime as dt
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Avg, Count, F, Q
-from django.db.models.functions import TruncHour
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import Greatest, Least, TruncHour
 
-from gpus.models import Gpu, GpuSample
+from gpus.models import IDLE_GRID_PERCENTS, Gpu, GpuHourSummary, GpuSample
 from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, ReservationGpu
 
@@ -60,18 +60,14 @@ def utilization_heatmap(*, start: dt.datetime, end: dt.datetime) -> Heatmap:
             if hours[column] >= booked_end:
                 break
             booked[row][column] += _overlap_s(booked_start, booked_end, hours[column], hours[column] + HOUR) / 3600
-    samples = (
-        GpuSample.objects.filter(minute__gte=first, minute__lt=last, utilization_mean__isnull=False)
-        .annotate(hour=TruncHour("minute", tzinfo=dt.UTC))
-        .values("gpu_id", "hour")
-        .annotate(mean=Avg("utilization_mean"))
-        .order_by()
-    )
-    for item in samples:
-        row = position.get(item["gpu_id"])
-        column = int((item["hour"] - first).total_seconds() // 3600)
+    # Whole hours only, so the hourly roll-up answers all of it (kept current by every batch stored).
+    for gpu_id, hour, samples, total in GpuHourSummary.objects.filter(
+        hour__gte=first, hour__lt=last, samples__gt=0
+    ).values_list("gpu_id", "hour", "samples", "sum_utilization").order_by():
+        row = position.get(gpu_id)
+        column = int((hour - first).total_seconds() // 3600)
         if row is not None and 0 <= column < len(hours):
-            used[row][column] = float(item["mean"])
+            used[row][column] = total / samples
     booked = [[min(1.0, value) for value in row] for row in booked]
     return Heatmap(gpus=gpus, hours=hours, booked=booked, used=used)
 
@@ -133,25 +129,16 @@ def idle_bookings(
         .select_related("team", "user", "node")
         .order_by("start", "id")
     }
-    figures = (
-        GpuSample.objects.filter(
-            gpu__booked__reservation_id__in=list(candidates), gpu__booked__occupies=True,
-            minute__gte=F("gpu__booked__start"), minute__lt=F("gpu__booked__end"),
-            utilization_mean__isnull=False,
-        )
-        # Implied by the join, but constant bounds let PostgreSQL read only the range's minutes.
-        .filter(minute__gte=start, minute__lt=min(now, max(reservation.end for reservation in candidates.values())))
-        .values("gpu__booked__reservation_id")
-        .annotate(measured=Count("id"), idle=Count("id", filter=Q(utilization_mean__lt=threshold)))
-        .order_by()
-    ) if candidates else []
-    per_reservation = {item["gpu__booked__reservation_id"]: item for item in figures}
+    figures = _idle_minutes(
+        reservation_ids=list(candidates), threshold=threshold, start=start,
+        end=min(now, max(reservation.end for reservation in candidates.values())),
+    ) if candidates else {}
     flagged = []
     for reservation_id, reservation in candidates.items():
-        item = per_reservation.get(reservation_id, {"measured": 0, "idle": 0})
+        measured, idle = figures.get(reservation_id, (0, 0))
         slot_end = min(reservation.end, now)
         observed = reservation.gpu_count * int((slot_end - reservation.start).total_seconds() // 60)
-        booking = IdleBooking(reservation, observed, item["measured"], item["idle"])
+        booking = IdleBooking(reservation, observed, measured, idle)
         if observed and booking.idle_share >= share:
             flagged.append(booking)
     flagged.sort(key=lambda item: (-item.idle_gpu_minutes, item.reservation.start, item.reservation.pk))
@@ -175,6 +162,57 @@ def idle_bookings(
         bookings=flagged, by_team=sorted(teams.values(), key=order), by_user=sorted(users.values(), key=order),
         threshold=threshold, share=share,
     )
+
+
+def _grid_percent(threshold: float) -> int | None:
+    """The roll-up's `under_K` column that counts exactly the minutes under `threshold`, if any."""
+    percent = round(threshold * 100)
+    return percent if percent in IDLE_GRID_PERCENTS and percent / 100 == threshold else None
+
+
+def _idle_minutes(
+    *, reservation_ids: list[int], threshold: float, start: dt.datetime, end: dt.datetime
+) -> dict[int, tuple[int, int]]:
+    """reservation id → (GPU-minutes with telemetry, of which under `threshold`), counting each
+    booked GPU's minutes in [max(its start, start), min(its end, end)). One round trip.
+
+    On the roll-up's grid: whole UTC hours of that window from GpuHourSummary, and the minute
+    buckets only for its partial first and last hours (`head`, `tail`, each at most an hour a
+    GPU, disjoint by construction). Off the grid: every minute from the buckets (exact, slower)."""
+    booked = "gpu__booked__"
+    joined = {f"{booked}reservation_id__in": reservation_ids, f"{booked}occupies": True}
+    # The window per booked GPU, as SQL over the joined row.
+    window_start = Greatest(F(f"{booked}start"), start)
+    window_end = Least(F(f"{booked}end"), end)
+    util = "utilization_mean"
+
+    def minutes(*conditions: Q):
+        # One filter() call per part: a second call would join the booked GPUs a second time.
+        return GpuSample.objects.alias(hour=TruncHour("minute", tzinfo=dt.UTC)).filter(
+            *conditions, **joined, minute__gte=window_start, minute__lt=window_end,
+            **{f"{util}__isnull": False})
+
+    percent = _grid_percent(threshold)
+    if percent is None:
+        parts = [minutes(Q(minute__gte=start), Q(minute__lt=end))]  # constant bounds: an index range
+    else:
+        parts = [
+            GpuHourSummary.objects.filter(**joined, hour__gte=window_start, hour__lte=window_end - HOUR)
+            .values(f"{booked}reservation_id").annotate(measured=Sum("samples"), idle=Sum(f"under_{percent}")),
+            minutes(Q(minute__lt=window_start + HOUR), Q(hour__lt=window_start)),  # head
+            minutes(Q(minute__gte=window_end - HOUR), Q(hour__gte=window_start), Q(hour__gt=window_end - HOUR)),  # tail
+        ]
+    counted = [
+        part if part.model is GpuHourSummary else part.values(f"{booked}reservation_id").annotate(
+            measured=Count("id"), idle=Count("id", filter=Q(**{f"{util}__lt": threshold})))
+        for part in parts
+    ]
+    query = counted[0].order_by().union(*(part.order_by() for part in counted[1:]), all=True)
+    totals: dict[int, tuple[int, int]] = {}
+    for item in query:
+        before = totals.get(item[f"{booked}reservation_id"], (0, 0))
+        totals[item[f"{booked}reservation_id"]] = (before[0] + (item["measured"] or 0), before[1] + (item["idle"] or 0))
+    return totals
 
 
 # --- quota ---------------------------------------------------------------------------------------
