@@ -99,12 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--database", default=DATABASE, help="its own database, dropped and recreated")
     parser.add_argument("--reuse", action="store_true", help="measure the database the last run built")
     args = parser.parse_args(argv)
     if not args.reuse:
-        fresh_database(DATABASE)
+        fresh_database(args.database)
     # Plain static storage: these pages are measured in this process, without collectstatic.
-    django_on(f"{SERVER}/{DATABASE}", GPUBOOK_NOTIFY_ENQUEUE="false", ALLOWED_HOSTS="testserver",
+    django_on(f"{SERVER}/{args.database}", GPUBOOK_NOTIFY_ENQUEUE="false", ALLOWED_HOSTS="testserver",
               GPUBOOK_STATIC_MANIFEST="false")
     if not args.reuse:
         build(args.gpus, args.days)

@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Sum
 from django.db.models.functions import Greatest, Least, TruncHour
 
 from gpus.models import IDLE_GRID_PERCENTS, Gpu, GpuHourSummary, GpuSample
@@ -16,6 +16,7 @@ from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, ReservationGpu
 
 HOUR = dt.timedelta(hours=1)
+TICK = dt.timedelta(microseconds=1)  # the smallest step of a datetime: ceil(t) = floor(t - TICK) + 1 h
 MAX_HEATMAP_RANGE = dt.timedelta(days=31)
 # An idle booking is one whose GPUs stayed under the threshold for at least this share of
 # the slot's GPU-minutes ("most of the slot").
@@ -178,40 +179,39 @@ def _idle_minutes(
 
     On the roll-up's grid: whole UTC hours of that window from GpuHourSummary, and the minute
     buckets only for its partial first and last hours (`head`, `tail`, each at most an hour a
-    GPU, disjoint by construction). Off the grid: every minute from the buckets (exact, slower)."""
+    GPU, disjoint by construction: a window inside one hour is all head). Off the grid: every
+    minute from the buckets (exact, slower)."""
     booked = "gpu__booked__"
     joined = {f"{booked}reservation_id__in": reservation_ids, f"{booked}occupies": True}
-    # The window per booked GPU, as SQL over the joined row.
+    # The window per booked GPU, as SQL over the joined row, and its whole hours [first, last).
     window_start = Greatest(F(f"{booked}start"), start)
     window_end = Least(F(f"{booked}end"), end)
+    first_hour = TruncHour(ExpressionWrapper(window_start - TICK, output_field=DateTimeField()), tzinfo=dt.UTC) + HOUR
+    last_hour = TruncHour(window_end, tzinfo=dt.UTC)
     util = "utilization_mean"
 
-    def minutes(*conditions: Q):
+    def minutes(lower, upper):
         # One filter() call per part: a second call would join the booked GPUs a second time.
-        return GpuSample.objects.alias(hour=TruncHour("minute", tzinfo=dt.UTC)).filter(
-            *conditions, **joined, minute__gte=window_start, minute__lt=window_end,
-            **{f"{util}__isnull": False})
+        # Bounds computed per joined row become the index range PostgreSQL reads.
+        return GpuSample.objects.filter(
+            **joined, minute__gte=lower, minute__lt=upper, **{f"{util}__isnull": False},
+        ).values(f"{booked}reservation_id").annotate(
+            measured=Count("id"), idle=Count("id", filter=Q(**{f"{util}__lt": threshold}))).order_by()
 
     percent = _grid_percent(threshold)
     if percent is None:
-        parts = [minutes(Q(minute__gte=start), Q(minute__lt=end))]  # constant bounds: an index range
+        query = minutes(window_start, window_end)
     else:
-        parts = [
-            GpuHourSummary.objects.filter(**joined, hour__gte=window_start, hour__lte=window_end - HOUR)
-            .values(f"{booked}reservation_id").annotate(measured=Sum("samples"), idle=Sum(f"under_{percent}")),
-            minutes(Q(minute__lt=window_start + HOUR), Q(hour__lt=window_start)),  # head
-            minutes(Q(minute__gte=window_end - HOUR), Q(hour__gte=window_start), Q(hour__gt=window_end - HOUR)),  # tail
-        ]
-    counted = [
-        part if part.model is GpuHourSummary else part.values(f"{booked}reservation_id").annotate(
-            measured=Count("id"), idle=Count("id", filter=Q(**{f"{util}__lt": threshold})))
-        for part in parts
-    ]
-    query = counted[0].order_by().union(*(part.order_by() for part in counted[1:]), all=True)
+        rolled = GpuHourSummary.objects.filter(**joined, hour__gte=first_hour, hour__lt=last_hour).values(
+            f"{booked}reservation_id").annotate(measured=Sum("samples"), idle=Sum(f"under_{percent}")).order_by()
+        head = minutes(window_start, Least(first_hour, window_end))
+        tail = minutes(Greatest(last_hour, first_hour), window_end)
+        query = rolled.union(head, tail, all=True)
     totals: dict[int, tuple[int, int]] = {}
     for item in query:
-        before = totals.get(item[f"{booked}reservation_id"], (0, 0))
-        totals[item[f"{booked}reservation_id"]] = (before[0] + (item["measured"] or 0), before[1] + (item["idle"] or 0))
+        reservation_id = item[f"{booked}reservation_id"]
+        measured, idle = totals.get(reservation_id, (0, 0))
+        totals[reservation_id] = (measured + (item["measured"] or 0), idle + (item["idle"] or 0))
     return totals
 
 
