@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Count, DateTimeField, DurationField, ExpressionWrapper, F, Q, Sum, Value
 from django.db.models.functions import Greatest, Least, TruncHour
 
 from gpus.models import IDLE_GRID_PERCENTS, Gpu, GpuHourSummary, GpuSample
@@ -61,12 +61,15 @@ def utilization_heatmap(*, start: dt.datetime, end: dt.datetime) -> Heatmap:
             if hours[column] >= booked_end:
                 break
             booked[row][column] += _overlap_s(booked_start, booked_end, hours[column], hours[column] + HOUR) / 3600
-    # Whole hours only, so the hourly roll-up answers all of it (kept current by every batch stored).
-    for gpu_id, hour, samples, total in GpuHourSummary.objects.filter(
+    # Whole hours only, so the hourly roll-up answers all of it (kept current by every batch
+    # stored). The hour comes back as its offset from `first`: a month of GPU-hours is ~46,000
+    # rows, and loading an interval costs a fifth of loading a timestamp.
+    offset = ExpressionWrapper(F("hour") - Value(first), output_field=DurationField())
+    for gpu_id, since_first, samples, total in GpuHourSummary.objects.filter(
         hour__gte=first, hour__lt=last, samples__gt=0
-    ).values_list("gpu_id", "hour", "samples", "sum_utilization").order_by():
+    ).annotate(since_first=offset).values_list("gpu_id", "since_first", "samples", "sum_utilization").order_by():
         row = position.get(gpu_id)
-        column = int((hour - first).total_seconds() // 3600)
+        column = int(since_first.total_seconds() // 3600)
         if row is not None and 0 <= column < len(hours):
             used[row][column] = total / samples
     booked = [[min(1.0, value) for value in row] for row in booked]
