@@ -133,6 +133,9 @@ def samples_record(*, node: Node, buckets: Iterable[dict], now: dt.datetime) -> 
             gpu=gpu, minute=bucket["minute"], **{name: bucket[name] for name in BUCKET_FIELDS}
         )
     with transaction.atomic():
+        # One post per node at a time: the roll-up of an hour is recomputed from its buckets,
+        # and two posts in flight would each miss the other's minutes and the later would win.
+        list(Node.objects.select_for_update(no_key=True).filter(pk=node.pk).values_list("pk"))
         GpuSample.objects.bulk_create(
             list(rows.values()),
             update_conflicts=True,

@@ -149,3 +149,50 @@ def test_archiving_the_buckets_keeps_the_whole_hours_of_the_reports(inventory, p
     logs_archive(now=now, days=90, storage=FileSystemStorage(location=tmp_path))
     assert not GpuSample.objects.exists()
     assert figures() == before
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_posts_in_flight_for_one_hour_both_count(postgres_only, inventory):
+    """A post waits for the node's post in flight: computed side by side, each roll-up of the
+    hour would miss the other's minute and the later would win."""
+    import threading
+    import time
+
+    from django.db import connection, connections, transaction
+
+    gpu = inventory["a"][0]
+    hour = dt.datetime(2025, 1, 7, 10, tzinfo=UTC)
+    posted, release, errors = threading.Event(), threading.Event(), []
+
+    def post(minute, *, hold):
+        try:
+            with transaction.atomic():  # held open: the first post has not committed yet
+                samples_record(node=gpu.node, buckets=[_bucket(gpu, minute, 0.02)], now=hour + H)
+                if hold:
+                    posted.set()
+                    assert release.wait(20)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=post, args=(hour,), kwargs={"hold": True})
+    first.start()
+    assert posted.wait(20)
+    second = threading.Thread(target=post, args=(hour + MIN,), kwargs={"hold": False})
+    second.start()
+    deadline = time.monotonic() + 10
+    with connection.cursor() as cursor:
+        while True:  # until the second post waits on a lock held by the first
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            if cursor.fetchone()[0]:
+                break
+            assert time.monotonic() < deadline, "the second post never waited"
+            time.sleep(0.02)
+    release.set()
+    first.join(20)
+    second.join(20)
+    assert not errors and not first.is_alive() and not second.is_alive()
+    summary = GpuHourSummary.objects.get(gpu=gpu, hour=hour)
+    assert (summary.samples, summary.under_10) == (2, 2)
