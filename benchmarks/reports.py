@@ -5,11 +5,13 @@
 Builds 64 GPUs (8 nodes × 8), 8 teams, a booking on every GPU most hours of 30 days (made
 through `reservation_create`, the clock set before each slot) and a GPU-minute of telemetry
 for every GPU and minute of those days (2.8 million rows, written in one INSERT … SELECT over
-generate_series: history, as the telemetry collector would have left it). Then each report
+generate_series: history, as the telemetry collector would have left it, with its hourly
+roll-up). Then each report
 page is requested by an admin through the whole Django stack, in this process:
 `/reports/utilization/`, `/reports/idle/`, `/reports/quota/` for the 30 days — median server
 time and statements (goal <= 500 ms each, statements not growing with the data: the same
-page on the first day alone is the baseline, measured in the same run).
+page on the first day alone is the baseline, measured in the same run). Last, what keeping
+the hourly roll-up costs a telemetry post.
 Uses its own database (gpubook_bench_reports), dropped and recreated.
 """
 
@@ -33,6 +35,7 @@ def build(gpu_count: int, days: int) -> None:
     from django.utils import timezone
 
     from gpus.models import Gpu, Node
+    from gpus.telemetry.store import hour_summaries_refresh
     from reservations.models import Membership, Team
     from reservations.services import reservation_create, reservations_advance
 
@@ -69,6 +72,9 @@ def build(gpu_count: int, days: int) -> None:
             " generate_series(%s::timestamptz, %s::timestamptz - interval '1 minute', interval '1 minute') AS minute",
             [start_of, start_of + dt.timedelta(days=days)],
         )
+    # The hourly roll-up that samples_record keeps as the buckets arrive (issue #19).
+    hour_summaries_refresh()
+    with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     reservations_advance(now=timezone.now())  # what the ticks would have done: the past bookings completed
     print(f"built: {len(gpus)} GPUs, {bookings} bookings, {len(gpus) * days * 1440:,} telemetry minutes "
@@ -94,12 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--database", default=DATABASE, help="its own database, dropped and recreated")
     parser.add_argument("--reuse", action="store_true", help="measure the database the last run built")
     args = parser.parse_args(argv)
     if not args.reuse:
-        fresh_database(DATABASE)
+        fresh_database(args.database)
     # Plain static storage: these pages are measured in this process, without collectstatic.
-    django_on(f"{SERVER}/{DATABASE}", GPUBOOK_NOTIFY_ENQUEUE="false", ALLOWED_HOSTS="testserver",
+    django_on(f"{SERVER}/{args.database}", GPUBOOK_NOTIFY_ENQUEUE="false", ALLOWED_HOSTS="testserver",
               GPUBOOK_STATIC_MANIFEST="false")
     if not args.reuse:
         build(args.gpus, args.days)
@@ -126,7 +133,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:>11}: {args.days} days {big_time * 1000:.0f} ms, {big_queries} statements; "
               f"baseline (one day / an empty month) {small_time * 1000:.0f} ms, {small_queries} statements "
               f"(goal <= 500 ms, same statements: {verdict})")
+    measure_ingest(last_day + dt.timedelta(days=1))
     return 1 if failed else 0
+
+
+def measure_ingest(day: dt.date, minutes: int = 60) -> None:
+    """What keeping the roll-up costs where telemetry arrives: one node's post of 8 GPUs × 1
+    minute through samples_record, and the roll-up refresh inside it alone (its share)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpus.models import GpuHourSummary, GpuSample, Node
+    from gpus.telemetry.store import BUCKET_FIELDS, hour_summaries_refresh, samples_record
+
+    node = Node.objects.order_by("name").first()
+    gpu_ids = list(node.gpus.values_list("pk", flat=True))
+    first = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    whole, refresh = [], []
+    for number in range(minutes):
+        minute = first + dt.timedelta(minutes=number)
+        buckets = [{**dict.fromkeys(BUCKET_FIELDS), "minute": minute, "index": index, "uuid": "",
+                    "sample_count": 12, "utilization_mean": 0.5} for index in range(len(gpu_ids))]
+        with CaptureQueriesContext(connection) as captured:
+            began = time.perf_counter()
+            samples_record(node=node, buckets=buckets, now=minute)
+            whole.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        hour_summaries_refresh(gpu_ids=gpu_ids, start=minute, end=minute + dt.timedelta(minutes=1))
+        refresh.append(time.perf_counter() - began)
+    GpuSample.objects.filter(minute__gte=first).delete()
+    GpuHourSummary.objects.filter(hour__gte=first).delete()
+    print(f"     ingest: {len(gpu_ids)} GPUs × 1 minute through samples_record "
+          f"{statistics.median(whole) * 1000:.1f} ms, "
+          f"{len(captured.captured_queries)} statements; the roll-up refresh in it "
+          f"{statistics.median(refresh) * 1000:.1f} ms, 2 statements")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,9 @@ def database_from_url(url: str, *, base_dir: str) -> dict:
             "PORT": str(parsed.port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
+            # No JIT: this app's statements are short, and the reports' joins are estimated far
+            # above their real cost, so JIT compiled them for seconds to run milliseconds (#19).
+            "OPTIONS": {"options": "-c jit=off"},
         }
     if parsed.scheme == "sqlite":
         path = parsed.path or ""

@@ -98,6 +98,56 @@ class GpuSample(models.Model):
         return f"GPU {self.gpu_id} at {self.minute:%Y-%m-%d %H:%M}"
 
 
+# The idle report's thresholds that the hourly roll-up answers exactly: every whole percent
+# on a 5 % grid. A threshold off the grid is answered from the minute buckets instead.
+IDLE_GRID_PERCENTS = tuple(range(5, 101, 5))
+
+
+class GpuHourSummary(models.Model):
+    """One GPU's telemetry over one UTC hour, rolled up from its minute buckets so the reports
+    read 24 rows a GPU-day instead of 1,440. Refreshed from the buckets whenever a batch for
+    that hour is stored (gpus.telemetry.store.samples_record), so it is never behind them.
+    Kept when the buckets are pruned or archived: it is the reports' history.
+
+    `samples` counts the minutes with a utilization figure and `sum_utilization` adds them
+    (the hour's mean is the ratio); `under_K` counts those minutes whose mean utilization was
+    below K % (K on IDLE_GRID_PERCENTS), so "idle under K %" needs no minute buckets.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="hour_summaries")
+    hour = models.DateTimeField(help_text="Start of the UTC hour the figures cover.")
+    samples = models.PositiveIntegerField(default=0)
+    sum_utilization = models.FloatField(default=0.0)
+    under_5 = models.PositiveIntegerField(default=0)
+    under_10 = models.PositiveIntegerField(default=0)
+    under_15 = models.PositiveIntegerField(default=0)
+    under_20 = models.PositiveIntegerField(default=0)
+    under_25 = models.PositiveIntegerField(default=0)
+    under_30 = models.PositiveIntegerField(default=0)
+    under_35 = models.PositiveIntegerField(default=0)
+    under_40 = models.PositiveIntegerField(default=0)
+    under_45 = models.PositiveIntegerField(default=0)
+    under_50 = models.PositiveIntegerField(default=0)
+    under_55 = models.PositiveIntegerField(default=0)
+    under_60 = models.PositiveIntegerField(default=0)
+    under_65 = models.PositiveIntegerField(default=0)
+    under_70 = models.PositiveIntegerField(default=0)
+    under_75 = models.PositiveIntegerField(default=0)
+    under_80 = models.PositiveIntegerField(default=0)
+    under_85 = models.PositiveIntegerField(default=0)
+    under_90 = models.PositiveIntegerField(default=0)
+    under_95 = models.PositiveIntegerField(default=0)
+    under_100 = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["gpu", "hour"]
+        indexes = [models.Index(fields=["hour"])]
+        constraints = [models.UniqueConstraint(fields=["gpu", "hour"], name="gpuhoursummary_unique_gpu_hour")]
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} hour {self.hour:%Y-%m-%d %H}"
+
+
 class NodeAgentToken(models.Model):
     """The credential a node's `gpu_agent` posts telemetry with. Only the SHA-256 is kept."""
 

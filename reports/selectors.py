@@ -8,14 +8,15 @@ import dataclasses
 import datetime as dt
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Avg, Count, F, Q
-from django.db.models.functions import TruncHour
+from django.db.models import Count, DateTimeField, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
+from django.db.models.functions import Greatest, Least, TruncHour
 
-from gpus.models import Gpu, GpuSample
+from gpus.models import IDLE_GRID_PERCENTS, Gpu, GpuHourSummary, GpuSample
 from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, ReservationGpu
 
 HOUR = dt.timedelta(hours=1)
+TICK = dt.timedelta(microseconds=1)  # the smallest step of a datetime: ceil(t) = floor(t - TICK) + 1 h
 MAX_HEATMAP_RANGE = dt.timedelta(days=31)
 # An idle booking is one whose GPUs stayed under the threshold for at least this share of
 # the slot's GPU-minutes ("most of the slot").
@@ -60,18 +61,17 @@ def utilization_heatmap(*, start: dt.datetime, end: dt.datetime) -> Heatmap:
             if hours[column] >= booked_end:
                 break
             booked[row][column] += _overlap_s(booked_start, booked_end, hours[column], hours[column] + HOUR) / 3600
-    samples = (
-        GpuSample.objects.filter(minute__gte=first, minute__lt=last, utilization_mean__isnull=False)
-        .annotate(hour=TruncHour("minute", tzinfo=dt.UTC))
-        .values("gpu_id", "hour")
-        .annotate(mean=Avg("utilization_mean"))
-        .order_by()
-    )
-    for item in samples:
-        row = position.get(item["gpu_id"])
-        column = int((item["hour"] - first).total_seconds() // 3600)
+    # Whole hours only, so the hourly roll-up answers all of it (kept current by every batch
+    # stored). The hour comes back as its offset from `first`: a month of GPU-hours is ~46,000
+    # rows, and loading an interval costs a fifth of loading a timestamp.
+    offset = ExpressionWrapper(F("hour") - Value(first), output_field=DurationField())
+    for gpu_id, since_first, samples, total in GpuHourSummary.objects.filter(
+        hour__gte=first, hour__lt=last, samples__gt=0
+    ).annotate(since_first=offset).values_list("gpu_id", "since_first", "samples", "sum_utilization").order_by():
+        row = position.get(gpu_id)
+        column = int(since_first.total_seconds() // 3600)
         if row is not None and 0 <= column < len(hours):
-            used[row][column] = float(item["mean"])
+            used[row][column] = total / samples
     booked = [[min(1.0, value) for value in row] for row in booked]
     return Heatmap(gpus=gpus, hours=hours, booked=booked, used=used)
 
@@ -123,35 +123,27 @@ def idle_bookings(
     """Bookings the user may see that began in [start, end) and whose GPUs stayed under
     `threshold` utilization for at least `share` of the slot's GPU-minutes so far. Minutes
     without telemetry are not idle (unknown is not idle). Two queries."""
+    chosen = reservation_selectors.reservations_visible_to(user=user).filter(
+        status__in=(Reservation.Status.ACTIVE, Reservation.Status.COMPLETED, Reservation.Status.RELEASED),
+        start__gte=start, start__lt=min(end, now),
+    )
     candidates = {
         reservation.pk: reservation
-        for reservation in reservation_selectors.reservations_visible_to(user=user)
-        .filter(
-            status__in=(Reservation.Status.ACTIVE, Reservation.Status.COMPLETED, Reservation.Status.RELEASED),
-            start__gte=start, start__lt=min(end, now),
-        )
-        .select_related("team", "user", "node")
+        for reservation in chosen.select_related("team", "user", "node")
+        # What the report, its page and CSV show: a month holds thousands of bookings.
+        .only("start", "end", "gpu_count", "status", "team__name", "user__username", "node__name")
         .order_by("start", "id")
     }
-    figures = (
-        GpuSample.objects.filter(
-            gpu__booked__reservation_id__in=list(candidates), gpu__booked__occupies=True,
-            minute__gte=F("gpu__booked__start"), minute__lt=F("gpu__booked__end"),
-            utilization_mean__isnull=False,
-        )
-        # Implied by the join, but constant bounds let PostgreSQL read only the range's minutes.
-        .filter(minute__gte=start, minute__lt=min(now, max(reservation.end for reservation in candidates.values())))
-        .values("gpu__booked__reservation_id")
-        .annotate(measured=Count("id"), idle=Count("id", filter=Q(utilization_mean__lt=threshold)))
-        .order_by()
-    ) if candidates else []
-    per_reservation = {item["gpu__booked__reservation_id"]: item for item in figures}
+    figures = _idle_minutes(
+        reservations=chosen.values("pk"), threshold=threshold, start=start,
+        end=min(now, max(reservation.end for reservation in candidates.values())),
+    ) if candidates else {}
     flagged = []
     for reservation_id, reservation in candidates.items():
-        item = per_reservation.get(reservation_id, {"measured": 0, "idle": 0})
+        measured, idle = figures.get(reservation_id, (0, 0))
         slot_end = min(reservation.end, now)
         observed = reservation.gpu_count * int((slot_end - reservation.start).total_seconds() // 60)
-        booking = IdleBooking(reservation, observed, item["measured"], item["idle"])
+        booking = IdleBooking(reservation, observed, measured, idle)
         if observed and booking.idle_share >= share:
             flagged.append(booking)
     flagged.sort(key=lambda item: (-item.idle_gpu_minutes, item.reservation.start, item.reservation.pk))
@@ -175,6 +167,58 @@ def idle_bookings(
         bookings=flagged, by_team=sorted(teams.values(), key=order), by_user=sorted(users.values(), key=order),
         threshold=threshold, share=share,
     )
+
+
+def _grid_percent(threshold: float) -> int | None:
+    """The roll-up's `under_K` column that counts exactly the minutes under `threshold`, if any."""
+    percent = round(threshold * 100)
+    return percent if percent in IDLE_GRID_PERCENTS and percent / 100 == threshold else None
+
+
+def _idle_minutes(
+    *, reservations: QuerySet, threshold: float, start: dt.datetime, end: dt.datetime
+) -> dict[int, tuple[int, int]]:
+    """Reservation id → (GPU-minutes with telemetry, of which under `threshold`) for the
+    `reservations` (ids as a subquery: thousands of ids as parameters cost more to send than
+    to count), counting each booked GPU's minutes in [max(its start, start), min(its end,
+    end)). One round trip.
+
+    On the roll-up's grid: whole UTC hours of that window from GpuHourSummary, and the minute
+    buckets only for its partial first and last hours (`head`, `tail`, each at most an hour a
+    GPU, disjoint by construction: a window inside one hour is all head). Off the grid: every
+    minute from the buckets (exact, slower)."""
+    booked = "gpu__booked__"
+    joined = {f"{booked}reservation_id__in": reservations, f"{booked}occupies": True}
+    # The window per booked GPU, as SQL over the joined row, and its whole hours [first, last).
+    window_start = Greatest(F(f"{booked}start"), start)
+    window_end = Least(F(f"{booked}end"), end)
+    first_hour = TruncHour(ExpressionWrapper(window_start - TICK, output_field=DateTimeField()), tzinfo=dt.UTC) + HOUR
+    last_hour = TruncHour(window_end, tzinfo=dt.UTC)
+    util = "utilization_mean"
+
+    def minutes(lower, upper):
+        # One filter() call per part: a second call would join the booked GPUs a second time.
+        # Bounds computed per joined row become the index range PostgreSQL reads.
+        return GpuSample.objects.filter(
+            **joined, minute__gte=lower, minute__lt=upper, **{f"{util}__isnull": False},
+        ).values(f"{booked}reservation_id").annotate(
+            measured=Count("id"), idle=Count("id", filter=Q(**{f"{util}__lt": threshold}))).order_by()
+
+    percent = _grid_percent(threshold)
+    if percent is None:
+        query = minutes(window_start, window_end)
+    else:
+        rolled = GpuHourSummary.objects.filter(**joined, hour__gte=first_hour, hour__lt=last_hour).values(
+            f"{booked}reservation_id").annotate(measured=Sum("samples"), idle=Sum(f"under_{percent}")).order_by()
+        head = minutes(window_start, Least(first_hour, window_end))
+        tail = minutes(Greatest(last_hour, first_hour), window_end)
+        query = rolled.union(head, tail, all=True)
+    totals: dict[int, tuple[int, int]] = {}
+    for item in query:
+        reservation_id = item[f"{booked}reservation_id"]
+        measured, idle = totals.get(reservation_id, (0, 0))
+        totals[reservation_id] = (measured + (item["measured"] or 0), idle + (item["idle"] or 0))
+    return totals
 
 
 # --- quota ---------------------------------------------------------------------------------------

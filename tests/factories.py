@@ -3,7 +3,7 @@ booking rules are tested elsewhere; these tests need fixed, past or odd data).""
 
 import datetime as dt
 
-from gpus.models import GpuSample
+from gpus.telemetry.store import BUCKET_FIELDS, samples_record
 from reservations.models import Reservation, ReservationGpu
 from training.models import Run, TrainingImage, TrainingJob
 
@@ -39,15 +39,18 @@ def make_run(*, job, gpus, started_at, ended_at=None, kind=Run.Kind.RESERVED, re
 
 
 def fill_samples(gpu, start, minutes, *, utilization=None, temperature=None):
-    """One bucket per minute from `start`; utilization/temperature: a number or a function of the minute's offset."""
-    rows = []
+    """One bucket per minute from `start`, stored the way an agent's post is (samples_record,
+    which keeps the hourly roll-up current); utilization/temperature: a number or a function
+    of the minute's offset."""
+    buckets = []
     for offset in range(minutes):
         def value(figure, offset=offset):
             return figure(offset) if callable(figure) else figure
 
-        rows.append(GpuSample(
-            gpu=gpu, minute=start + dt.timedelta(minutes=offset), sample_count=12,
-            utilization_mean=value(utilization), utilization_max=value(utilization),
-            temperature_celsius_mean=value(temperature), temperature_celsius_max=value(temperature),
-        ))
-    GpuSample.objects.bulk_create(rows)
+        buckets.append({
+            "minute": start + dt.timedelta(minutes=offset), "index": gpu.index, "uuid": gpu.uuid or "",
+            **dict.fromkeys(BUCKET_FIELDS), "sample_count": 12,
+            "utilization_mean": value(utilization), "utilization_max": value(utilization),
+            "temperature_celsius_mean": value(temperature), "temperature_celsius_max": value(temperature),
+        })
+    samples_record(node=gpu.node, buckets=buckets, now=start + dt.timedelta(minutes=minutes))

@@ -9,8 +9,10 @@ from collections.abc import Iterable, Mapping
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncHour
 
-from gpus.models import Gpu, GpuSample, Node, NodeAgentToken
+from gpus.models import IDLE_GRID_PERCENTS, Gpu, GpuHourSummary, GpuSample, Node, NodeAgentToken
 
 BUCKET_FIELDS = (
     "sample_count",
@@ -131,13 +133,62 @@ def samples_record(*, node: Node, buckets: Iterable[dict], now: dt.datetime) -> 
             gpu=gpu, minute=bucket["minute"], **{name: bucket[name] for name in BUCKET_FIELDS}
         )
     with transaction.atomic():
+        # One post per node at a time: the roll-up of an hour is recomputed from its buckets,
+        # and two posts in flight would each miss the other's minutes and the later would win.
+        list(Node.objects.select_for_update(no_key=True).filter(pk=node.pk).values_list("pk"))
         GpuSample.objects.bulk_create(
             list(rows.values()),
             update_conflicts=True,
             unique_fields=["gpu", "minute"],
             update_fields=list(BUCKET_FIELDS),
         )
+        if rows:
+            minutes = [minute for _, minute in rows]
+            hour_summaries_refresh(gpu_ids={gpu_id for gpu_id, _ in rows}, start=min(minutes),
+                                   end=max(minutes) + dt.timedelta(minutes=1))
     return StoreResult(stored=len(rows), unknown_gpus=tuple(sorted(set(unknown))))
+
+
+def hour_summaries_refresh(
+    *, gpu_ids: Iterable[int] | None = None, start: dt.datetime | None = None, end: dt.datetime | None = None
+) -> int:
+    """Recompute the hourly roll-up (GpuHourSummary) of every hour that meets [start, end)
+    for `gpu_ids` (None: all GPUs, all time) from the minute buckets: one aggregate query and
+    one upsert, reading at most 60 buckets per GPU-hour. Idempotent; returns the hours written."""
+    return summaries_rebuild(GpuSample, GpuHourSummary, gpu_ids=gpu_ids, start=start, end=end)
+
+
+def _floor_hour(moment: dt.datetime) -> dt.datetime:
+    return moment.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def summaries_rebuild(sample_model, summary_model, *, gpu_ids=None, start=None, end=None) -> int:
+    """hour_summaries_refresh on the given model classes: the migration that adds the roll-up
+    runs it on its historical models to roll up the buckets already stored."""
+    buckets = sample_model.objects.all()
+    if gpu_ids is not None:
+        buckets = buckets.filter(gpu_id__in=list(gpu_ids))
+    if start is not None:
+        buckets = buckets.filter(minute__gte=_floor_hour(start))
+    if end is not None:  # whole hours: the hour `end` falls in is recomputed to its end
+        buckets = buckets.filter(minute__lt=_floor_hour(end - dt.timedelta(microseconds=1)) + dt.timedelta(hours=1))
+    util = "utilization_mean"
+    figures = (
+        buckets.annotate(hour=TruncHour("minute", tzinfo=dt.UTC))
+        .values("gpu_id", "hour")
+        .annotate(samples=Count(util), sum_utilization=Sum(util),
+                  **{f"under_{k}": Count(util, filter=Q(**{f"{util}__lt": k / 100})) for k in IDLE_GRID_PERCENTS})
+        .order_by()
+    )
+    fields = ["samples", "sum_utilization", *(f"under_{k}" for k in IDLE_GRID_PERCENTS)]
+    rows = [
+        summary_model(gpu_id=item["gpu_id"], hour=item["hour"],
+                      **{name: item[name] or 0 for name in fields})
+        for item in figures
+    ]
+    summary_model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["gpu", "hour"],
+                                      update_fields=fields, batch_size=2000)
+    return len(rows)
 
 
 def retention_days() -> int:
