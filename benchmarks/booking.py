@@ -81,12 +81,14 @@ def start_server(port: int, *, workers: int, threads: int) -> subprocess.Popen:
         cwd=ROOT, env=env,
     )
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # listening, and every worker forked (their CPU is measured)
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return server
+                if len(server_pids(server)[0]) == workers:
+                    return server
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     server.kill()
     raise RuntimeError("gunicorn did not start")
 
