@@ -72,23 +72,49 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
+def start_server(port: int, *, workers: int, threads: int) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": DATABASE_URL, "SECRET_KEY": "bench", "DEBUG": "false",
            "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "ERROR"}
     server = subprocess.Popen(
         [str(ROOT / ".venv/bin/gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{port}", "-k", "gthread",
-         "-w", "3", "--threads", "6", "--log-level", "warning"],
+         "-w", str(workers), "--threads", str(threads), "--log-level", "warning"],
         cwd=ROOT, env=env,
     )
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # listening, and every worker forked (their CPU is measured)
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return server
+                if len(server_pids(server)[0]) == workers:
+                    return server
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     server.kill()
     raise RuntimeError("gunicorn did not start")
+
+
+def cpu_seconds(pids) -> float:
+    """User + system CPU seconds the processes have used so far (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # gone meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids(server: subprocess.Popen) -> tuple[list[int], list[int]]:
+    """The gunicorn workers, and the PostgreSQL backends serving this database."""
+    with open(f"/proc/{server.pid}/task/{server.pid}/children") as children:
+        workers = [int(pid) for pid in children.read().split()]
+    with psycopg.connect(DATABASE_URL) as connection:
+        backends = [pid for (pid,) in connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (DATABASE,)
+        )]
+    return workers, backends
 
 
 def run_clients(worker, plans) -> tuple[float, list[float], dict[str, int]]:
@@ -250,13 +276,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--attempts-per-client", type=int, default=150)
     parser.add_argument("--profile-only", action="store_true", help="only the in-process CPU/statements figure")
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=6, help="gunicorn threads per worker")
     args = parser.parse_args(argv)
 
     fresh_database(DATABASE)
     gpu_ids, people = seed(args.clients)
     plans = workload(gpu_ids, args.clients, args.attempts_per_client)
     print(f"booking benchmark: {args.clients} clients x {args.attempts_per_client} attempts, "
-          f"{len(gpu_ids)} GPUs x {SLOTS} one-hour slots, {TEAMS} teams")
+          f"{len(gpu_ids)} GPUs x {SLOTS} one-hour slots, {TEAMS} teams; gunicorn {args.workers} workers x "
+          f"{args.threads} threads on {os.cpu_count()} CPUs")
     profile_in_process(people, gpu_ids)
     clear_bookings()
     if args.profile_only:
@@ -270,9 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     clear_bookings()
 
     port = free_port()
-    server = start_server(port)
+    server = start_server(port, workers=args.workers, threads=args.threads)
     try:
-        api_rate = report("api", *api_run(port, people, plans))
+        workers, _ = server_pids(server)
+        workers_before = cpu_seconds(workers)
+        elapsed, latencies, outcomes = api_run(port, people, plans)
+        api_rate = report("api", elapsed, latencies, outcomes)
+        # The backends were opened by this run (the workers connect on their first request),
+        # so all their CPU is the run's.
+        _, backends = server_pids(server)
+        per_attempt = 1000 / len(latencies)
+        print(f"server CPU per attempt under load: gunicorn {per_attempt * (cpu_seconds(workers) - workers_before):.1f}"
+              f" ms, PostgreSQL {per_attempt * cpu_seconds(backends):.1f} ms")
     finally:
         server.terminate()
         server.wait(timeout=30)
