@@ -6,6 +6,9 @@ path ids' integer range, the list filters' enums and formats, the fields every r
 carries, and the one error shape (`{"code", "detail", …}`) of every 4xx (DESIGN.md "Errors").
 Extensions register on import; settings name `postprocess` as a hook, which imports this module."""
 
+import datetime as dt
+
+from django.utils import timezone
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension, OpenApiViewExtension
 from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
 from rest_framework import serializers
@@ -199,6 +202,7 @@ ERROR_DESCRIPTIONS = {
     "429": "Rate limited",
 }
 WRITE_METHODS = {"post", "put", "patch", "delete"}
+JOB_SUBMIT = {"$ref": "#/components/schemas/JobSubmitRequest"}
 
 
 def _query_enums() -> dict[tuple[str, str], list[str]]:
@@ -233,6 +237,9 @@ def postprocess(result, generator, request, public):
             statuses = {"400", "401", "403", "404", "429"}
             if method in WRITE_METHODS:
                 statuses.add("409")
+            body = operation.get("requestBody", {})
+            if body.get("content", {}).get("application/json", {}).get("schema") == JOB_SUBMIT:
+                body["required"] = True  # no body is neither `spec` nor `spec_yaml`: refused
             responses = operation.setdefault("responses", {})
             for status in sorted(statuses):
                 responses.setdefault(status, {
@@ -240,6 +247,7 @@ def postprocess(result, generator, request, public):
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
     _exact_request_bodies(schemas)
+    _request_examples(schemas, now=timezone.now())
     _exact_json_fields(schemas)
     for name, schema in schemas.items():
         if name == "Error" or "properties" not in schema:
@@ -264,6 +272,44 @@ def _exact_request_bodies(schemas: dict) -> None:
     change = schemas.get("PatchedReservationUpdateRequest")
     if change:  # a change that changes nothing is refused (nothing_to_change)
         change["minProperties"] = 1
+    booking = schemas.get("ReservationCreateRequest")
+    if booking:  # a booking of no GPUs is refused (no_gpus), as a series' or a wait's is
+        booking["properties"]["gpus"]["minItems"] = 1
+    promote = schemas.get("PromoteRequest")
+    if promote:  # training/registry.py NAME
+        from training.registry import NAME
+
+        promote["properties"]["name"]["pattern"] = NAME.pattern
+
+
+# Bodies whose validity depends on the clock (a future slot on the grid, start before end) and on
+# what exists, which a schema cannot say: each such field carries an example, the times valid when
+# the schema was served, so a client (and a schema-driven tester) has a request to start from.
+TIMED_BODIES = ("ReservationCreateRequest", "SeriesCreateRequest", "WaitlistJoinRequest",
+                "PatchedReservationUpdateRequest")
+
+
+def _request_examples(schemas: dict, *, now) -> None:
+    start = (now + dt.timedelta(days=2)).replace(hour=9, minute=0, second=0, microsecond=0)
+    values = {"start": start.isoformat(), "end": (start + dt.timedelta(hours=1)).isoformat(),
+              "gpus": [1], "team": 1, "rrule": "FREQ=DAILY;COUNT=2", "time_zone": "UTC"}
+    for name in TIMED_BODIES:
+        properties = schemas.get(name, {}).get("properties", {})
+        for field, value in values.items():
+            if field in properties:
+                properties[field]["example"] = value
+    job = schemas.get("JobSubmitRequest")
+    if job:  # the second seed's own job file (issue 16), for the demo team
+        job["properties"]["spec_yaml"]["example"] = JOB_FILE_EXAMPLE
+
+
+JOB_FILE_EXAMPLE = """\
+task_name: pcb-defects
+image: yolo:v8n-cu118
+command: "yolo train data=pcb_defect.yaml model=yolov8s.pt epochs=100 imgsz=640"
+user: vision
+resources: {gpu: 1}
+"""
 
 
 HOURS = {"type": "number", "format": "double"}

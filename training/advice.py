@@ -13,6 +13,7 @@ from django.conf import settings
 
 from gpus.models import Gpu
 from reservations.models import Reservation
+from training import seed_style
 from training.jobspec import ResolvedYolo, resolve_yolo
 from training.models import Run, TrainingImage
 
@@ -90,7 +91,9 @@ def batch_table_rows(image: TrainingImage) -> list[str]:
 
 def advice_for_document(*, document: Any, reservation_id: int | None) -> dict | None:
     """Advice and warnings for a pasted spec before it is submitted, or None when there is
-    nothing to advise (not a YOLO job, an unknown image; job_submit reports those)."""
+    nothing to advise (not a YOLO job, an unknown image; job_submit reports those). A seed-style
+    file is read as job_submit reads it."""
+    document = seed_style.normalize_submitted(document)
     if not isinstance(document, Mapping) or not isinstance(document.get("yolo"), Mapping):
         return None
     image_ref = document.get("image")

@@ -86,6 +86,18 @@ def test_the_seed_file_is_accepted_through_the_api(people, inventory, settings):
 
 
 @pytest.mark.django_db
+def test_the_seed_file_gets_batch_advice_like_a_strict_spec(people, inventory, settings):
+    """Found by schemathesis: advice answered no_advice for the file that submit accepts."""
+    settings.GPUBOOK_DATA_ROOTS = ["/data/{team}", "/data/shared"]
+    TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(people['owner'])}")
+    response = client.post("/api/v1/jobs/advice/", {"spec_yaml": SEED_FILE}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["image"] == "yolo:v8n-cu118" and response.json()["epochs"] == 100
+
+
+@pytest.mark.django_db
 def test_control_characters_in_a_spec_are_a_400_not_a_500(people):
     """Found by schema fuzzing: YAML's reader refuses \x12 while the loader is being built."""
     client = APIClient()
