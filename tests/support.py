@@ -7,6 +7,7 @@ fixtures; rows written straight to the database live in tests/factories.py.
 """
 
 import datetime as dt
+import time
 
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -75,3 +76,17 @@ def client_for(user, *, api: bool = False, **kwargs):
     if user is not None:
         client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
+
+
+def wait_for(predicate, what: str = "condition", *, timeout: float = 120.0):
+    """Poll `predicate` until it returns something truthy and return that; fail after
+    `timeout` seconds naming `what`. For waits on other processes (runners, a fake kubelet),
+    never a fixed sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)

@@ -6,7 +6,6 @@ resumes there from the checkpoint — epochs continue, never restart — and end
 
 import datetime as dt
 import itertools
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from django.contrib.auth import get_user_model
 from gpus.models import Gpu, Node
 from reservations.models import Membership, Team
 from reservations.services import reservation_create
+from tests.support import wait_for
 from training.executors.local import DEFAULT_INHERIT_ENV, LocalConfig, LocalExecutor
 from training.models import Run, RunMetric, TrainingImage, TrainingJob
 from training.reconcile import reconcile
@@ -28,14 +28,6 @@ GRACE = 60
 BATCH_DELAY_ENV = "GPUBOOK_RUNNER_BATCH_DELAY_S"
 
 
-def wait_for(predicate, what, timeout=300.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.parametrize("slots", [2, 3])
@@ -89,7 +81,7 @@ def test_a_job_trains_across_bookings_and_finishes(slots, live_server, settings,
             if k == slots - 1:
                 break
             # Train until an epoch is done, then the slot ends with a checkpoint.
-            wait_for(lambda run=run: RunMetric.objects.filter(run=run, event="epoch").exists(), f"an epoch in slot {k + 1}")
+            wait_for(lambda run=run: RunMetric.objects.filter(run=run, event="epoch").exists(), f"an epoch in slot {k + 1}", timeout=300)
             assert reconcile(now=slot_end - dt.timedelta(seconds=GRACE), executor=executor).stopped == [run.pk]
             wait_for(lambda run=run: ended(run), f"run {k + 1} to checkpoint", timeout=120)
             reconcile(now=slot_end - dt.timedelta(seconds=30), executor=executor)
@@ -98,7 +90,7 @@ def test_a_job_trains_across_bookings_and_finishes(slots, live_server, settings,
             report = reconcile(now=slot_end, executor=executor)
             assert report.continued == {job.pk: bookings[k + 1].pk}  # moved on by itself
         last = runs[-1]
-        observed = wait_for(lambda: ended(last), "the last run to finish")
+        observed = wait_for(lambda: ended(last), "the last run to finish", timeout=300)
         report = reconcile(now=last.reservation.start + dt.timedelta(minutes=20), executor=executor)
         assert report.ended == [last.pk], executor.log_tail(observed.handle, 100)
     finally:

@@ -10,7 +10,6 @@ edge; the waits are for the processes themselves (training, checkpointing, exiti
 import datetime as dt
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from notifications.models import EventType, Notice
 from reservations.models import Membership, Reservation, Team
 from reservations.services import reservation_create
 from tests.fakes.k8s_api import FakeKubelet, FakeKubernetes
+from tests.support import wait_for
 from training.execution import kubernetes_config_from_settings
 from training.executors.kubernetes import KubernetesExecutor
 from training.models import Run, RunMetric, TrainingImage, TrainingJob
@@ -38,15 +38,6 @@ STAND_IN = str(Path(__file__).resolve().parents[1] / "fakes" / "slot_recorder.py
 IGNORES_SIGTERM = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.05)\n"
 
 
-def wait_for(predicate, timeout=120.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
 
 
 class World:

@@ -4,7 +4,6 @@ stand-in programs (a real training run is tested in tests/training/runner/)."""
 import datetime as dt
 import sys
 import threading
-import time
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -13,6 +12,7 @@ from django.db import connections
 from gpus.models import Gpu, Node
 from reservations.models import Membership, Reservation, Team
 from reservations.services import reservation_create
+from tests.support import wait_for
 from training import reconcile as reconcile_module
 from training.executors.base import RunState
 from training.executors.local import LocalConfig, LocalExecutor
@@ -85,14 +85,6 @@ def tick(world, now):
     return report
 
 
-def wait_for(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def log_of(world, run) -> str:

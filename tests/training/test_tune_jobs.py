@@ -6,7 +6,6 @@ on from the next unfinished iteration. Then the pages: the fitness curve, and th
 turns the best values into a new job."""
 
 import datetime as dt
-import time
 
 import pytest
 import yaml
@@ -15,7 +14,7 @@ from django.contrib.auth import get_user_model
 from gpus.models import Gpu, Node
 from reservations.models import Membership, Team
 from reservations.services import reservation_create
-from tests.support import client_for
+from tests.support import client_for, wait_for
 from training.executors.local import DEFAULT_INHERIT_ENV, LocalConfig, LocalExecutor
 from training.models import Run, RunMetric, TrainingImage, TrainingJob
 from training.reconcile import reconcile
@@ -30,14 +29,6 @@ BATCH_DELAY_ENV = "GPUBOOK_RUNNER_BATCH_DELAY_S"
 SPACE = {"lr0": [0.0001, 0.01], "momentum": [0.6, 0.98]}
 
 
-def wait_for(predicate, what, timeout=300.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def iterations_of(run):
@@ -80,7 +71,7 @@ def test_a_tune_job_spans_two_bookings_and_its_best_values_become_a_new_job(live
         # Slot 1: the first iteration finishes, then the slot ends.
         assert reconcile(now=start, executor=executor).started
         run1 = Run.objects.get()
-        wait_for(lambda: iterations_of(run1), "the first iteration")
+        wait_for(lambda: iterations_of(run1), "the first iteration", timeout=300)
         assert reconcile(now=start + H - dt.timedelta(seconds=GRACE), executor=executor).stopped == [run1.pk]
         wait_for(lambda: ended(run1), "the first run to checkpoint", timeout=120)
         reconcile(now=start + H - dt.timedelta(seconds=30), executor=executor)
@@ -93,7 +84,7 @@ def test_a_tune_job_spans_two_bookings_and_its_best_values_become_a_new_job(live
         # Slot 2: the tune goes on with the next iteration and finishes.
         assert reconcile(now=start + 3 * H, executor=executor).started
         run2 = Run.objects.exclude(pk=run1.pk).get()
-        observed = wait_for(lambda: ended(run2), "the second run to finish")
+        observed = wait_for(lambda: ended(run2), "the second run to finish", timeout=300)
         report = reconcile(now=start + 3 * H + dt.timedelta(minutes=20), executor=executor)
         assert report.ended == [run2.pk], executor.log_tail(observed.handle, 100)
     finally:
