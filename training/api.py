@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 
 from config.errors import DomainError, ErrorCode, NotPermitted
 from reservations.api import path_id
-from training import advice, selectors, services
+from training import advice, selectors, services, tuning
 from training.execution import executor_from_settings
 from training.run_state import run_handle
 from training.safe_yaml import clip
@@ -80,8 +80,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def tuned_spec(self, request, pk=None):
         """A tune job's best iteration so far and the job spec its values make: submit `spec`
         (POST /jobs/) to train with them (issue #17)."""
-        from training import tuning
-
         best, document = tuning.job_tuned_spec(job=self.get_object())
         return Response({"iteration": best.iteration, "fitness": best.fitness,
                          "hyperparameters": best.hyperparameters, "spec": document})
