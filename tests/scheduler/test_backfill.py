@@ -98,7 +98,8 @@ def test_time_best_fit_takes_the_shortest_gap_that_suffices():
 
 
 def test_strict_order_blocks_behind_the_head_when_backfill_is_off():
-    strict = Policy(backfill=False, use_estimates=False)
+    # Without size lanes, so the 8-GPU job submitted first is the head.
+    strict = Policy(backfill=False, use_estimates=False, size_lane_weight=0.0)
     state = snapshot(
         runs=(run(9, tuple(range(100, 108))), run(8, (0, 1))),
         queued_jobs=(job(1, 8, submitted_at=0.0), job(2, 1, submitted_at=1.0)),
@@ -123,7 +124,9 @@ def test_easy_protection_keeps_the_soonest_node_for_the_blocked_head():
     )
     starts = starts_of(state, now=10.0)
     assert [start.job_id for start in starts] == [3]
-    unprotected = Policy(backfill_protected_jobs=0)
+    # Without protection (and without size lanes, which would rank the short job first
+    # anyway) the long job 2, next in order, takes the idle GPU.
+    unprotected = Policy(backfill_protected_jobs=0, size_lane_weight=0.0)
     assert starts_of(state, now=10.0, policy=unprotected)[0].job_id == 2
 
 

@@ -174,10 +174,14 @@ def reference_order(jobs, *, usage, now, policy):
             rank = OVER_QUOTA_RANK
         user_key = (queued.team, queued.user)
         penalty = ahead.get(user_key, 0.0)
-        score = shares.score(queued.team, queued.user, penalty) - (
-            policy.aging_per_hour / HOUR_S * waited
-        )
         estimate = queued.estimated_duration_s or policy.default_estimate_s
+        gpu_s = queued.gpus_needed * estimate
+        lane = 0
+        while policy.size_lane_base_gpu_s * 2**lane < gpu_s:
+            lane += 1
+        score = shares.score(queued.team, queued.user, penalty) + (
+            policy.size_lane_weight * lane
+        ) - policy.aging_per_hour / HOUR_S * waited
         ahead[user_key] = penalty + queued.gpus_needed * estimate * policy.entry_penalty
         keys.append(((rank, score, queued.submitted_at, queued.id), queued.id))
     return [job_id for _, job_id in sorted(keys)]
