@@ -170,9 +170,11 @@ def _some_job_may_fit(
 
 def _open_gpus_only(job: QueuedJob, policy: Policy) -> bool:
     """A job that cannot checkpoint and has no estimate goes only where no reservation is
-    ahead (`Policy.unknown_non_checkpointable_open_gpus_only`)."""
+    ahead (`Policy.unknown_non_checkpointable_open_gpus_only`; a rule about estimates, so
+    only when placement uses them)."""
     return (
         policy.unknown_non_checkpointable_open_gpus_only
+        and policy.use_estimates
         and not job.checkpointable
         and job.estimated_duration_s is None
     )
