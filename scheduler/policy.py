@@ -54,13 +54,13 @@ class Policy:
     # Aging across classes: after this long a job counts one priority class higher (never
     # urgent), so low-priority work cannot starve under a steady stream of high.
     class_promotion_after_s: float = DAY_S
-    # Shortest predicted first, within fair share (size-class lanes): a job's score grows
-    # by this much per doubling of its predicted GPU-seconds (estimate × GPUs) above
-    # `size_lane_base_gpu_s`, so short jobs pass long ones unless aging or usage say
-    # otherwise. Mean wait is dominated by short jobs stuck behind long ones; on philly
-    # (#15) weight 2 cut the mean wait without bookings 5,120 → 4,172 s and the p95
-    # 34,615 → 15,129 s (weights 0.5–4 and strict lanes all land within ~10 % of that).
-    # 0 = off (the order before #15 item 2).
+    # Shortest predicted first, within fair share (size-class lanes): the score of a job
+    # that could start now grows by this much per doubling of its predicted GPU-seconds
+    # (estimate × GPUs) above `size_lane_base_gpu_s`, so short jobs pass long ones unless
+    # aging or usage say otherwise; the job held for (EASY) is ranked without lanes. Mean
+    # wait is dominated by short jobs stuck behind long ones; on philly (#15) this cut the
+    # mean wait without bookings 5,120 → 3,863 s and the p95 34,615 → 14,043 s (weights
+    # 0.5–4 and strict lanes all land within ~10 % of weight 2). 0 = off (before #15).
     size_lane_weight: float = 2.0
     size_lane_base_gpu_s: float = 300.0
     # Urgent jobs jump the queue, but only this many per team at a time (running + queued);

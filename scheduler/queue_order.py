@@ -11,8 +11,9 @@ Rule (`QueueOrder.FAIR_SHARE`), the sort key of a job is, in this order:
    if already used (times `entry_penalty`), so a burst of submissions interleaves with
    other users instead of jumping them. Aging: each hour waited lowers the score by
    `aging_per_hour`, so nothing starves. Size lanes (shortest predicted first): the score
-   grows by `size_lane_weight` per doubling of the job's predicted GPU-seconds above
-   `size_lane_base_gpu_s`.
+   of a job that could start now grows by `size_lane_weight` per doubling of its predicted
+   GPU-seconds above `size_lane_base_gpu_s`; a job that cannot start now (the one backfill
+   may hold GPUs for, EASY) is ranked without lanes, so wide jobs still get held for.
 3. **Submit time**, then **id** (deterministic tie-break).
 
 `QueueOrder.FIFO`: submit time, then id, nothing else (the baseline).
@@ -103,7 +104,9 @@ def order_queue(
         if rank == 0 and job.id in demoted_urgent:
             rank = HIGH_RANK
         lane = 0
-        if lane_weight and job_gpu_s > lane_base_s:
+        # Lanes order the jobs that can start now; the job to hold GPUs for (EASY) is
+        # chosen without them, or wide jobs, last in every lane, would never be held for.
+        if lane_weight and kind == CANDIDATE and job_gpu_s > lane_base_s:
             # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
             mantissa, exponent = frexp(job_gpu_s / lane_base_s)
             lane = exponent - 1 if mantissa == 0.5 else exponent

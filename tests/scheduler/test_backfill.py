@@ -167,6 +167,25 @@ def test_easy_protection_keeps_the_soonest_node_for_the_blocked_head():
     assert starts_of(state, now=10.0, policy=unprotected)[0].job_id == 2
 
 
+def test_a_wide_job_is_held_for_although_size_lanes_rank_it_last():
+    # As above, with a wide job of 8 GPUs x 10 h (lane 10) and a narrow long one (lane 8):
+    # among jobs that can start the narrow one would come first, but the job to hold a node
+    # for is ranked without lanes, so the wide job gets node 0 and the narrow one waits.
+    state = snapshot(
+        runs=(
+            run(8, tuple(range(1, 8)), estimated_end=1000.0),
+            run(9, tuple(range(100, 108)), estimated_end=90_000.0),
+        ),
+        queued_jobs=(
+            job(1, 8, submitted_at=0.0, estimate_s=36_000.0),
+            job(2, 1, submitted_at=1.0, estimate_s=50_000.0, user="bob"),
+        ),
+    )
+    assert starts_of(state, now=10.0) == []
+    unprotected = Policy(backfill_protected_jobs=0)
+    assert [start.job_id for start in starts_of(state, now=10.0, policy=unprotected)] == [2]
+
+
 @pytest.mark.parametrize(("allow", "expected_gpus"), [(False, None), (True, 12)])
 def test_jobs_larger_than_a_node_take_whole_nodes_only_when_allowed(allow, expected_gpus):
     state = snapshot(queued_jobs=(job(1, 12),))
