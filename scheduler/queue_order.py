@@ -145,9 +145,10 @@ def order_queue(
         )
         return (rank, score, submitted_s, job_id)
 
+    teams = {team for team, _ in ahead_by_user}
     return (
-        _Merging(streams[CANDIDATE], key_of, quota),
-        _Merging(streams[PROTECT_ONLY], key_of, quota),
+        _Merging(streams[CANDIDATE], key_of, quota, teams),
+        _Merging(streams[PROTECT_ONLY], key_of, quota, teams),
     )
 
 
@@ -198,16 +199,18 @@ class _Fifo(Ordered):
 class _Merging(Ordered):
     """k-way merge of streams whose keys never decrease: only heads are keyed."""
 
-    __slots__ = ("_heap", "_key_of", "_positions", "_quota", "_streams")
+    __slots__ = ("_heap", "_key_of", "_positions", "_quota", "_streams", "_teams")
 
     def __init__(
         self,
         streams: dict[tuple[Id, Id, int, int], list[tuple[float, float, Id, QueuedJob]]],
         key_of: Callable[..., OrderKey],
         quota: QuotaBook,
+        teams: set[Id],
     ) -> None:
         self._streams = list(streams.items())
         self._quota = quota
+        self._teams = teams
         self._positions = [0] * len(self._streams)
         self._key_of = key_of
         self._heap: list[tuple[OrderKey, int]] | None = None  # keyed on first use
@@ -217,9 +220,7 @@ class _Merging(Ordered):
         if heap is None:
             key_of = self._key_of
             # Nothing is charged while the heads are keyed: each team's standing once.
-            standing = {
-                team: self._quota.standing(team) for (team, _, _, _), _ in self._streams
-            }.__getitem__
+            standing = {team: self._quota.standing(team) for team in self._teams}.__getitem__
             heap = self._heap = [
                 (key_of(base_rank, lane, entries[0], standing), number)
                 for number, ((_, _, base_rank, lane), entries) in enumerate(self._streams)
