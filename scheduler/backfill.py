@@ -249,6 +249,7 @@ def start_queued_jobs(
             if not job.checkpointable:
                 estimate_s *= safe_factor
                 if open_gpus_only and job.estimated_duration_s is None:
+                    # No estimate: only GPUs with no reservation ahead will do.
                     gap_end_s = INFINITY if gap_end_s == INFINITY else -INFINITY
             if gap_end_s >= now_s + estimate_s + grace_s or (
                 job.checkpointable
