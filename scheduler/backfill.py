@@ -168,6 +168,18 @@ def _some_job_may_fit(
     )
 
 
+def _open_gpus_only(job: QueuedJob, policy: Policy) -> bool:
+    """A job that cannot checkpoint and has no estimate goes only where no reservation is
+    ahead (`Policy.unknown_non_checkpointable_open_gpus_only`; a rule about estimates, so
+    only when placement uses them)."""
+    return (
+        policy.unknown_non_checkpointable_open_gpus_only
+        and policy.use_estimates
+        and not job.checkpointable
+        and job.estimated_duration_s is None
+    )
+
+
 _GPUS_NEEDED = operator.attrgetter("gpus_needed")
 _ESTIMATE = operator.attrgetter("estimated_duration_s")
 _CHECKPOINTABLE = operator.attrgetter("checkpointable")
@@ -218,6 +230,7 @@ def start_queued_jobs(
 
         protecting = policy.backfill_protected_jobs > 0 and use_estimates
         safe_factor = policy.non_checkpointable_gap_factor
+        open_gpus_only = policy.unknown_non_checkpointable_open_gpus_only
 
         def classify(job: QueuedJob) -> int | None:
             needed = job.gpus_needed
@@ -235,6 +248,9 @@ def start_queued_jobs(
             estimate_s = job.estimated_duration_s or default_estimate_s
             if not job.checkpointable:
                 estimate_s *= safe_factor
+                if open_gpus_only and job.estimated_duration_s is None:
+                    # No estimate: only GPUs with no reservation ahead will do.
+                    gap_end_s = INFINITY if gap_end_s == INFINITY else -INFINITY
             if gap_end_s >= now_s + estimate_s + grace_s or (
                 job.checkpointable
                 and job.times_preempted < max_preemptions
@@ -385,7 +401,8 @@ class _Placer:
         if not job.checkpointable:
             estimate_s *= policy.non_checkpointable_gap_factor
         fitting = self._place_fitting(
-            needed, estimate_s, limit_end_s, safest=not job.checkpointable
+            needed, estimate_s, limit_end_s, safest=not job.checkpointable,
+            open_only=_open_gpus_only(job, policy),
         )
         if fitting is not None or not self._may_preempt(job):
             return fitting
@@ -456,11 +473,13 @@ class _Placer:
         return _Placement(gpu_ids, must_end_s, preemptible)
 
     def _place_fitting(
-        self, needed: int, estimate_s: float, limit_end_s: float, *, safest: bool
+        self, needed: int, estimate_s: float, limit_end_s: float, *, safest: bool,
+        open_only: bool = False,
     ) -> _Placement | None:
         """Fit before the next reservation. `safest` (a job that cannot checkpoint, so a wrong
         estimate loses all its work): take the GPUs with the latest next reservation
-        instead of the tightest gap that suffices."""
+        instead of the tightest gap that suffices. `open_only`: only GPUs with no
+        reservation ahead."""
         now_s = self.now_s
         required_end_s = now_s + estimate_s + self.policy.grace_s
         if limit_end_s < required_end_s:
@@ -470,7 +489,7 @@ class _Placer:
         protected_until = self.protected_until
         for node, gpus in self.idle.nodes_with_at_least(needed):
             horizon_s = gpus[needed - 1][0]
-            if horizon_s < required_end_s:
+            if horizon_s < required_end_s or (open_only and horizon_s != INFINITY):
                 continue
             if protected_until and protected_until.get(node, INFINITY) < now_s + estimate_s:
                 continue
@@ -538,6 +557,7 @@ class _Placer:
         # Without estimates any gap longer than the grace will do (the baselines).
         fit_s = estimate_s if policy.use_estimates else 0.0
         attempts = [(now_s + fit_s + policy.grace_s, False)]
+        open_only = _open_gpus_only(job, policy)
         if policy.use_estimates and self._may_preempt(job):
             attempts.append((now_s + policy.grace_s + policy.min_preemptible_runtime_s, True))
         for minimum_end_s, preemptible in attempts:
@@ -547,7 +567,9 @@ class _Placer:
             gathered = 0
             for node in self.idle.whole_nodes():
                 gpus = self.idle.by_node[node]
-                if node in self.protected_until or gpus[-1][0] < minimum_end_s:
+                if node in self.protected_until or gpus[-1][0] < minimum_end_s or (
+                    open_only and not preemptible and gpus[-1][0] != INFINITY
+                ):
                     continue
                 chosen_nodes.append(node)
                 gathered += len(gpus)

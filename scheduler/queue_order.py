@@ -10,16 +10,19 @@ Rule (`QueueOrder.FAIR_SHARE`), the sort key of a job is, in this order:
    Entry penalty: the estimated GPU-seconds of the same user's earlier queued jobs count as
    if already used (times `entry_penalty`), so a burst of submissions interleaves with
    other users instead of jumping them. Aging: each hour waited lowers the score by
-   `aging_per_hour`, so nothing starves.
+   `aging_per_hour`, so nothing starves. Size lanes (shortest predicted first): the score
+   of a job that could start now grows by `size_lane_weight` per doubling of its predicted
+   GPU-seconds above `size_lane_base_gpu_s`; a job that cannot start now (the one backfill
+   may hold GPUs for, EASY) is ranked without lanes, so wide jobs still get held for.
 3. **Submit time**, then **id** (deterministic tie-break).
 
 `QueueOrder.FIFO`: submit time, then id, nothing else (the baseline).
 
 How it stays cheap at thousands of jobs: a job's key depends only on its own user's
-earlier jobs, so within one (team, user, class) stream the keys never decrease (later jobs
-carry more entry penalty and less aging). The order is therefore a k-way merge of the
-streams: only the head of each stream is keyed, and only as many jobs as backfill consumes
-are produced. The result is exactly the full sort, for a fraction of the work.
+earlier jobs and its own lane, so within one (team, user, class, lane) stream the keys never
+decrease (later jobs carry more entry penalty and less aging). The order is therefore a
+k-way merge of the streams: only the head of each stream is keyed, and only as many jobs as
+backfill consumes are produced. The result is exactly the full sort, for a fraction of the work.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Callable, Iterable, Iterator
+from math import frexp
 
 from scheduler.fair_share import FairShare
 from scheduler.instants import to_seconds
@@ -85,19 +89,27 @@ def order_queue(
     entry_penalty = policy.entry_penalty
     default_estimate_s = policy.default_estimate_s
     class_rank = CLASS_RANK
+    lane_weight = policy.size_lane_weight
+    lane_base_s = policy.size_lane_base_gpu_s
     for job, kind in zip(by_submit, map(classify, by_submit), strict=True):
         team = job.team
         user = job.user
         user_key = (team, user)
         ahead = ahead_of(user_key, 0.0)
-        ahead_by_user[user_key] = ahead + job.gpus_needed * (
-            job.estimated_duration_s or default_estimate_s
-        ) * entry_penalty
+        job_gpu_s = job.gpus_needed * (job.estimated_duration_s or default_estimate_s)
+        ahead_by_user[user_key] = ahead + job_gpu_s * entry_penalty
         if kind is None:
             continue
         rank = class_rank[job.priority]
         if rank == 0 and job.id in demoted_urgent:
             rank = HIGH_RANK
+        lane = 0
+        # Lanes order the jobs that can start now; the job to hold GPUs for (EASY) is
+        # chosen without them, or wide jobs, last in every lane, would never be held for.
+        if lane_weight and kind == CANDIDATE and job_gpu_s > lane_base_s:
+            # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
+            mantissa, exponent = frexp(job_gpu_s / lane_base_s)
+            lane = exponent - 1 if mantissa == 0.5 else exponent
         submitted = job.submitted_at
         entry = (
             ahead,
@@ -105,9 +117,9 @@ def order_queue(
             job.id,
             job,
         )
-        stream = streams[kind].get((team, user, rank))
+        stream = streams[kind].get((team, user, rank, lane))
         if stream is None:
-            streams[kind][(team, user, rank)] = [entry]
+            streams[kind][(team, user, rank, lane)] = [entry]
         else:
             stream.append(entry)
     if not streams[CANDIDATE] and not streams[PROTECT_ONLY]:
@@ -117,18 +129,27 @@ def order_queue(
     promotion_s = policy.class_promotion_after_s
     aging_per_s = policy.aging_per_hour / HOUR_S
 
-    def key_of(base_rank: int, entry: tuple[float, float, Id, QueuedJob]) -> OrderKey:
+    def key_of(
+        base_rank: int, lane: int, entry: tuple[float, float, Id, QueuedJob],
+        standing: Callable[[Id], QuotaStanding] = quota.standing,
+    ) -> OrderKey:
         ahead, submitted_s, job_id, job = entry
         waited_s = max(now_s - submitted_s, 0.0)
         rank = base_rank
         if rank > HIGH_RANK and promotion_s > 0:
             rank = max(HIGH_RANK, rank - int(waited_s // promotion_s))
-        if quota.standing(job.team) == QuotaStanding.OVER_ALLOWED:
+        if standing(job.team) == QuotaStanding.OVER_ALLOWED:
             rank = OVER_QUOTA_RANK
-        score = shares.score(job.team, job.user, ahead) - aging_per_s * waited_s
+        score = (
+            shares.score(job.team, job.user, ahead) + lane_weight * lane - aging_per_s * waited_s
+        )
         return (rank, score, submitted_s, job_id)
 
-    return _Merging(streams[CANDIDATE], key_of), _Merging(streams[PROTECT_ONLY], key_of)
+    teams = {team for team, _ in ahead_by_user}
+    return (
+        _Merging(streams[CANDIDATE], key_of, quota, teams),
+        _Merging(streams[PROTECT_ONLY], key_of, quota, teams),
+    )
 
 
 class Ordered:
@@ -178,14 +199,18 @@ class _Fifo(Ordered):
 class _Merging(Ordered):
     """k-way merge of streams whose keys never decrease: only heads are keyed."""
 
-    __slots__ = ("_heap", "_key_of", "_positions", "_streams")
+    __slots__ = ("_heap", "_key_of", "_positions", "_quota", "_streams", "_teams")
 
     def __init__(
         self,
-        streams: dict[tuple[Id, Id, int], list[tuple[float, float, Id, QueuedJob]]],
-        key_of: Callable[[int, tuple[float, float, Id, QueuedJob]], OrderKey],
+        streams: dict[tuple[Id, Id, int, int], list[tuple[float, float, Id, QueuedJob]]],
+        key_of: Callable[..., OrderKey],
+        quota: QuotaBook,
+        teams: set[Id],
     ) -> None:
         self._streams = list(streams.items())
+        self._quota = quota
+        self._teams = teams
         self._positions = [0] * len(self._streams)
         self._key_of = key_of
         self._heap: list[tuple[OrderKey, int]] | None = None  # keyed on first use
@@ -194,20 +219,24 @@ class _Merging(Ordered):
         heap = self._heap
         if heap is None:
             key_of = self._key_of
+            # Nothing is charged while the heads are keyed: each team's standing once.
+            standing = {team: self._quota.standing(team) for team in self._teams}.__getitem__
             heap = self._heap = [
-                (key_of(base_rank, entries[0]), number)
-                for number, ((_, _, base_rank), entries) in enumerate(self._streams)
+                (key_of(base_rank, lane, entries[0], standing), number)
+                for number, ((_, _, base_rank, lane), entries) in enumerate(self._streams)
             ]
             heapq.heapify(heap)
         elif heap:
             # Advance the stream of the job produced last only now: its successor's key may
             # depend on what the caller did with that job (a quota charge).
             number = heap[0][1]
-            (_, _, base_rank), entries = self._streams[number]
+            (_, _, base_rank, lane), entries = self._streams[number]
             position = self._positions[number] + 1
             self._positions[number] = position
             if position < len(entries):
-                heapq.heapreplace(heap, (self._key_of(base_rank, entries[position]), number))
+                heapq.heapreplace(
+                    heap, (self._key_of(base_rank, lane, entries[position]), number)
+                )
             else:
                 heapq.heappop(heap)
         if not heap:

@@ -322,28 +322,35 @@ class Simulation:
         elif kind == _EventKind.WAKEUP:
             self.scheduled_wakeups.discard(now_s)
 
-    def _clearing_cost_s(self, gpu_id: Id, start_s: float, now_s: float) -> float:
+    def _clearing_cost_s(self, gpu_id: Id, start_s: float, now_s: float) -> tuple[float, int]:
         """GPU-seconds lost if this GPU must be free at `start_s`, as the booking service can
-        tell now: nothing for an idle GPU or a run expected to end by then; a restart for a
-        run that can checkpoint; all the work since its start for one that cannot."""
+        tell now, and the run that would lose them (0 when none): nothing for an idle GPU or
+        a run expected to end by then; a restart for a run that can checkpoint; all the work
+        since its start for one that cannot. A run loses on all its GPUs, however few of
+        them the booking takes (a 32-GPU run stopped for one booked GPU loses 32 GPUs' work)."""
         holder = self.gpu_holder.get(gpu_id)
         if holder is None:
-            return 0.0
+            return 0.0, 0
         live = self.runs[holder]
         run = live.run
         if run.kind == RunKind.RESERVED:
-            return 0.0  # its slot ends before this booking (the calendar says so)
+            return 0.0, 0  # its slot ends before this booking (the calendar says so)
         expected_end = run.estimated_end
-        # An estimate the run has already outlived says nothing about when it ends.
-        if (
-            expected_end is not None
-            and expected_end > now_s
-            and expected_end + self.policy.grace_s <= start_s
-        ):
-            return 0.0
+        if expected_end is not None and live.job.estimate_s is not None:
+            # Trusted only when it comes from history (a default says nothing), and for a
+            # run that cannot checkpoint only with the policy's conservative margin, as
+            # backfill places such runs; an estimate the run has outlived says nothing.
+            if not live.job.checkpointable:
+                expected_end = run.started_at + self.policy.non_checkpointable_gap_factor * (
+                    expected_end - run.started_at
+                )
+            if expected_end > now_s and expected_end + self.policy.grace_s <= start_s:
+                return 0.0, 0
         if live.job.checkpointable:
-            return self.config.restart_overhead_s + CHECKPOINT_SAVE_S
-        return max(start_s, now_s) - run.started_at
+            lost_s = self.config.restart_overhead_s + CHECKPOINT_SAVE_S
+        else:
+            lost_s = max(start_s, now_s) - run.started_at
+        return len(run.gpu_ids) * lost_s, holder
 
     def _place_booking(self, booking: Booking, now_s: float) -> Booking | None:
         """Place the booking at its slot or, if earlier bookings took the room there, at the
@@ -383,12 +390,14 @@ class Simulation:
             if len(free) < needed:
                 continue
             costs = sorted(
-                (self._clearing_cost_s(gpu_id, start_s, now_s), position, gpu_id)
+                (*self._clearing_cost_s(gpu_id, start_s, now_s), position, gpu_id)
                 for position, gpu_id in enumerate(free)
             )[:needed]
-            key = (sum(cost for cost, _, _ in costs), len(free), node)
+            # Each run stopped counts once, however many of its GPUs are taken.
+            lost = {run_id: cost for cost, run_id, _, _ in costs}
+            key = (sum(lost.values()), len(free), node)
             if best is None or key < best[0]:
-                best = (key, tuple(sorted(gpu_id for _, _, gpu_id in costs)))
+                best = (key, tuple(sorted(gpu_id for _, _, _, gpu_id in costs)))
                 if key[0] == 0 and key[1] == needed:
                     break  # nothing to clear and no GPU left over: no later node beats it
         return None if best is None else best[1]

@@ -64,6 +64,43 @@ def test_a_job_that_cannot_checkpoint_needs_a_gap_of_three_times_its_estimate(es
         assert starts[0].estimated_end == estimate_s
 
 
+@pytest.mark.parametrize(
+    ("estimate_s", "open_gpus_only", "starts"),
+    [
+        (None, True, False),  # no estimate at all: a gap of any length may be too short
+        (None, False, True),  # the old rule: 3 x the 1 h default fits the 20 h gap
+        (3600.0, True, True),  # an estimate (history or the user's) is used as before
+    ],
+)
+def test_a_job_that_cannot_checkpoint_without_an_estimate_needs_gpus_with_no_booking_ahead(
+    estimate_s, open_gpus_only, starts
+):
+    far_s = 20 * 3600.0
+    policy = Policy(grace_s=GRACE_S, unknown_non_checkpointable_open_gpus_only=open_gpus_only)
+    queued = job(1, 2, estimate_s=estimate_s, checkpointable=False)
+    state = snapshot(queued_jobs=(queued,), **_node0_booked_at(far_s))
+    assert [start.must_end_by for start in starts_of(state, policy=policy)] == (
+        [far_s] if starts else []
+    )
+    # GPUs with nothing booked ahead take it either way (node 1 free instead of busy).
+    free = snapshot(queued_jobs=(queued,), reservations=_node0_booked_at(far_s)["reservations"])
+    assert [start.gpu_ids for start in starts_of(free, policy=policy)] == [(100, 101)]
+
+
+def test_a_wide_job_that_cannot_checkpoint_without_an_estimate_takes_only_open_nodes():
+    # 12 GPUs on whole nodes: node 0 has a booking in 20 h, nodes 1 and 2 none.
+    policy = Policy(grace_s=GRACE_S, allow_multi_node=True)
+    queued = job(1, 12, estimate_s=None, checkpointable=False)
+    booked = (reservation(1, (0,), 20 * 3600.0, 21 * 3600.0, job_id=77),)
+    state = snapshot(gpus=gpus(nodes=3), queued_jobs=(queued,), reservations=booked)
+    (start,) = starts_of(state, policy=policy)
+    assert {gpu_id // 100 for gpu_id in start.gpu_ids} == {1, 2}
+    assert start.must_end_by is None
+    busy_node_2 = snapshot(gpus=gpus(nodes=3), queued_jobs=(queued,), reservations=booked,
+                           runs=(run(9, tuple(range(200, 208))),))
+    assert starts_of(busy_node_2, policy=policy) == []
+
+
 def test_preemptible_backfill_needs_its_minimum_runtime():
     queued = job(1, 1, estimate_s=10_000.0)
     # 4000 - 60 - 3100 = 840 s of runtime < 900 s: not worth a restart.
@@ -98,7 +135,8 @@ def test_time_best_fit_takes_the_shortest_gap_that_suffices():
 
 
 def test_strict_order_blocks_behind_the_head_when_backfill_is_off():
-    strict = Policy(backfill=False, use_estimates=False)
+    # Without size lanes, so the 8-GPU job submitted first is the head.
+    strict = Policy(backfill=False, use_estimates=False, size_lane_weight=0.0)
     state = snapshot(
         runs=(run(9, tuple(range(100, 108))), run(8, (0, 1))),
         queued_jobs=(job(1, 8, submitted_at=0.0), job(2, 1, submitted_at=1.0)),
@@ -123,8 +161,29 @@ def test_easy_protection_keeps_the_soonest_node_for_the_blocked_head():
     )
     starts = starts_of(state, now=10.0)
     assert [start.job_id for start in starts] == [3]
-    unprotected = Policy(backfill_protected_jobs=0)
+    # Without protection (and without size lanes, which would rank the short job first
+    # anyway) the long job 2, next in order, takes the idle GPU.
+    unprotected = Policy(backfill_protected_jobs=0, size_lane_weight=0.0)
     assert starts_of(state, now=10.0, policy=unprotected)[0].job_id == 2
+
+
+def test_a_wide_job_is_held_for_although_size_lanes_rank_it_last():
+    # As above, with a wide job of 8 GPUs x 10 h (lane 10) and a narrow long one (lane 8):
+    # among jobs that can start the narrow one would come first, but the job to hold a node
+    # for is ranked without lanes, so the wide job gets node 0 and the narrow one waits.
+    state = snapshot(
+        runs=(
+            run(8, tuple(range(1, 8)), estimated_end=1000.0),
+            run(9, tuple(range(100, 108)), estimated_end=90_000.0),
+        ),
+        queued_jobs=(
+            job(1, 8, submitted_at=0.0, estimate_s=36_000.0),
+            job(2, 1, submitted_at=1.0, estimate_s=50_000.0, user="bob"),
+        ),
+    )
+    assert starts_of(state, now=10.0) == []
+    unprotected = Policy(backfill_protected_jobs=0)
+    assert [start.job_id for start in starts_of(state, now=10.0, policy=unprotected)] == [2]
 
 
 @pytest.mark.parametrize(("allow", "expected_gpus"), [(False, None), (True, 12)])

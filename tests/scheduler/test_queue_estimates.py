@@ -6,11 +6,19 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from scheduler import DEFAULT_POLICY, TeamAccount
 from scheduler.queue_estimates import WaitReason, estimate_starts
 from tests.scheduler.builders import gpus, job, reservation, run, snapshot
 
 NOW = 100_000.0
+# The policy the golden estimates were recorded with: no size lanes, and non-checkpointable
+# jobs without an estimate placed like others (issue #15 item 2 changed both defaults later;
+# a policy change is not a roll-forward change).
+BEFORE_15_TUNING = replace(
+    DEFAULT_POLICY, size_lane_weight=0.0, unknown_non_checkpointable_open_gpus_only=False
+)
 
 
 def one_node(**parts):
@@ -163,7 +171,7 @@ def test_small_queues_get_the_same_estimates_as_the_one_plan_per_event_roll_forw
     golden = json.loads((Path(__file__).parent / "data" / "queue_estimates_golden.json").read_text())
     assert sorted(golden) == [str(seed) for seed in SEEDS]
     for seed in SEEDS:
-        estimates = estimate_starts(random_state(seed), NOW)
+        estimates = estimate_starts(random_state(seed), NOW, BEFORE_15_TUNING)
         assert {str(job_id): recorded(estimate) for job_id, estimate in estimates.items()} == golden[str(seed)], seed
         assert all(estimate.not_before is None for estimate in estimates.values()), seed
 
@@ -214,18 +222,24 @@ def test_until_started_bounds_the_others_by_the_draft_s_start():
     assert estimates[11].not_before == NOW + 3600
 
 
-def test_coarse_steps_past_half_the_budget_stay_close_to_the_exact_roll_forward():
+@pytest.mark.parametrize(
+    ("policy", "p90_error"),
+    # With size lanes (the default since #15 item 2) short jobs overtake at each coarse step
+    # and the p90 error measured 0.26: the lanes cost the coarse estimate some accuracy.
+    [(BEFORE_15_TUNING, 0.15), (DEFAULT_POLICY, 0.30)],
+)
+def test_coarse_steps_past_half_the_budget_stay_close_to_the_exact_roll_forward(policy, p90_error):
     """Past half its budget the roll-forward takes in ~10 % of the distance from now per
     plan. On the golden cases with a budget that turns coarse early, the starts it finds are
     mostly the exact ones (median error 0) and 9 in 10 are within 15 % of the wait (a wait
-    under 10 min counts as 10 min); every job gets a start or a bound."""
+    under 10 min counts as 10 min; 30 % with size lanes); every job gets a start or a bound."""
     from tests.scheduler.queue_estimate_cases import SEEDS, random_state
 
     errors = []
     for seed in SEEDS:
         state = random_state(seed)
-        exact = estimate_starts(state, NOW)
-        coarse = estimate_starts(state, NOW, budget=300)
+        exact = estimate_starts(state, NOW, policy)
+        coarse = estimate_starts(state, NOW, policy, budget=300)
         assert all(
             estimate.estimated_start is not None or estimate.not_before is not None
             for job_id, estimate in coarse.items() if exact[job_id].estimated_start is not None
@@ -238,4 +252,4 @@ def test_coarse_steps_past_half_the_budget_stay_close_to_the_exact_roll_forward(
         ]
     errors.sort()
     assert len(errors) > 100
-    assert errors[len(errors) // 2] == 0 and errors[int(0.9 * len(errors))] <= 0.15
+    assert errors[len(errors) // 2] == 0 and errors[int(0.9 * len(errors))] <= p90_error

@@ -153,3 +153,38 @@ def test_cli_writes_json_and_html(tmp_path: Path):
 def test_cli_rejects_a_bad_window(window, tmp_path):
     with pytest.raises(SystemExit):
         simulate.main(["--trace", str(tmp_path / "none.csv"), "--window", window])
+
+
+
+def _one_booking_among_unfinishable_runs(*, wide_first: bool, booked_at_s: float):
+    """Node 0 gets the runs submitted first, node 1 the others (best fit, node order): eight
+    1-GPU runs and one 8-GPU run, 10 s apart, none able to checkpoint, none with a history
+    estimate. A 1-GPU booking for 5,400 s is made at `booked_at_s`."""
+    from scheduler.sim.engine import Booking, SimJob
+
+    narrow_at, wide_at = (10.0, 0.0) if wide_first else (0.0, 10.0)
+    jobs = [SimJob(n, f"user{n}", "vision", 1, narrow_at, 20_000.0, checkpointable=False)
+            for n in range(1, 9)]
+    jobs.append(SimJob(9, "wide", "speech", 8, wide_at, 20_000.0, checkpointable=False))
+    jobs.append(SimJob(10, "booker", "speech", 1, 5_400.0, 1_000.0, booking_id=1))
+    booking = Booking(1, 10, (15,), 5_400.0, 7_200.0, booked_at_s, "speech", "booker")
+    config = SimulationConfig(gpus=make_gpus(16, 8), policy=policy_for("gpubook"),
+                              restart_overhead_s=60.0, run_aware_booking=True)
+    result = Simulation(config, jobs, [booking]).run()
+    assert result.reserved_start_s[1] == 5_400.0
+    return [record.job_id for record in result.run_records if record.how == "stopped_lost"]
+
+
+@pytest.mark.parametrize(
+    ("wide_first", "booked_at_s"),
+    [
+        # The wide run is younger (less work per GPU), but stopping it loses 8 GPUs' work.
+        (False, 4_000.0),
+        # Booked within the first hour: every run looks due to end by then on the 1 h
+        # default estimate, which says nothing (no history), so it is not trusted.
+        (True, 1_000.0),
+    ],
+)
+def test_the_booking_service_stops_the_run_that_loses_least(wide_first, booked_at_s):
+    lost = _one_booking_among_unfinishable_runs(wide_first=wide_first, booked_at_s=booked_at_s)
+    assert len(lost) == 1 and lost[0] != 9

@@ -27,9 +27,10 @@ def whole_node(name, duration):
 
 
 def test_a_tick_stores_position_estimated_start_and_reason(world):  # noqa: F811
+    # Equal lengths, so submit order decides (size lanes would start shorter jobs first).
     first = submit(world, whole_node("first", "60m"))
-    second = submit(world, whole_node("second", "30m"))
-    third = submit(world, whole_node("third", "30m"))
+    second = submit(world, whole_node("second", "60m"))
+    third = submit(world, whole_node("third", "60m"))
 
     tick(world, START)
     (run,) = Run.objects.all()
@@ -39,7 +40,7 @@ def test_a_tick_stores_position_estimated_start_and_reason(world):  # noqa: F811
     # Both GPUs are busy for the first job's hour; then the second, then the third.
     assert (second.queue_position, third.queue_position) == (1, 2)
     assert second.estimated_start == START + H
-    assert third.estimated_start == START + H + dt.timedelta(minutes=30)
+    assert third.estimated_start == START + 2 * H
     assert "running jobs" in second.wait_reason and "ranked ahead" in third.wait_reason
     assert second.estimated_at == START
 
@@ -47,13 +48,13 @@ def test_a_tick_stores_position_estimated_start_and_reason(world):  # noqa: F811
 def test_estimates_are_refreshed_on_their_interval_and_for_new_jobs(world, settings):  # noqa: F811
     settings.GPUBOOK_QUEUE_ESTIMATE_SECONDS = 30
     submit(world, whole_node("first", "60m"))
-    second = submit(world, whole_node("second", "30m"))
+    second = submit(world, whole_node("second", "60m"))
     tick(world, START)
     tick(world, START + dt.timedelta(seconds=10))
     second.refresh_from_db()
     assert second.estimated_at == START  # fresh enough: not re-planned
 
-    late = submit(world, whole_node("late", "30m"), now=START + dt.timedelta(seconds=15))
+    late = submit(world, whole_node("late", "60m"), now=START + dt.timedelta(seconds=15))
     tick(world, START + dt.timedelta(seconds=20))
     late.refresh_from_db()
     second.refresh_from_db()
@@ -64,7 +65,7 @@ def test_estimates_are_refreshed_on_their_interval_and_for_new_jobs(world, setti
 def test_a_job_past_the_estimate_budget_is_stored_as_not_before(world, settings):  # noqa: F811
     settings.GPUBOOK_QUEUE_ESTIMATE_BUDGET = 1  # one plan with the one job left queued
     submit(world, whole_node("first", "60m"))
-    second = submit(world, whole_node("second", "30m"))
+    second = submit(world, whole_node("second", "60m"))
     tick(world, START)  # the first job starts; the roll-forward stops when its hour ends
     second.refresh_from_db()
     assert second.estimated_start is None
@@ -79,7 +80,7 @@ def test_a_job_past_the_estimate_budget_is_stored_as_not_before(world, settings)
 
 def test_api_job_page_and_queue_page_show_the_estimate_anonymised_for_others(world):  # noqa: F811
     submit(world, whole_node("first", "60m"))
-    second = submit(world, whole_node("secret-experiment", "30m"))
+    second = submit(world, whole_node("secret-experiment", "60m"))
     tick(world, START)
 
     owner = client_for(world["user"], api=True)
