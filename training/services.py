@@ -35,7 +35,7 @@ def allowed_images() -> dict[str, TrainingImage]:
     return {image.reference: image for image in TrainingImage.objects.filter(allowed=True)}
 
 
-def _largest_node_gpu_count() -> int:
+def largest_node_gpu_count() -> int:
     counts: dict[int, int] = {}
     for node_id in Gpu.objects.filter(state=Gpu.State.ACTIVE).values_list("node_id", flat=True):
         counts[node_id] = counts.get(node_id, 0) + 1
@@ -76,7 +76,7 @@ def job_submit(
     images = allowed_images()
     try:
         spec = parse_job_spec(
-            document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=_largest_node_gpu_count()
+            document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=largest_node_gpu_count()
         )
     except JobSpecError as error:
         # Problems may quote what was sent: each quote is clipped so an answer stays small.
