@@ -4,6 +4,9 @@ drf-spectacular infers most of the schema; what it cannot see is described here,
 without touching the views: the aware date-time field, the hand-written APIViews' bodies, the
 path ids' integer range, the list filters' enums and formats, the fields every response always
 carries, and the one error shape (`{"code", "detail", …}`) of every 4xx (DESIGN.md "Errors").
+The job spec's schema states what its validator checks against as it is when the schema is
+served (the image catalog, the largest node's GPUs and, to a signed-in caller, their teams): the
+one part of the schema that differs by caller and over time, like the request examples' times.
 Extensions register on import; settings name `postprocess` as a hook, which imports this module."""
 
 import copy
