@@ -67,7 +67,11 @@ def job_submit(
 ) -> TrainingJob:
     """Validate a job spec and queue it, or attach it to one of the team's reservations."""
     document = seed_style.normalize_submitted(document)
-    team_slug = document.get("team") if isinstance(document, Mapping) else None
+    if not isinstance(document, Mapping):  # e.g. a one-word spec_yaml: no team to look for
+        problem = "the spec must be a mapping of fields"
+        raise DomainError(ErrorCode.INVALID_SPEC, f"The job spec has 1 problem(s): {problem}",
+                          problems=[{"field": "", "problem": problem}])
+    team_slug = document.get("team")
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
         raise DomainError(ErrorCode.UNKNOWN_TEAM, f"No team {team_slug!r}; the spec's `team` is the team's slug.")
