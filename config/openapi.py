@@ -4,10 +4,15 @@ drf-spectacular infers most of the schema; what it cannot see is described here,
 without touching the views: the aware date-time field, the hand-written APIViews' bodies, the
 path ids' integer range, the list filters' enums and formats, the fields every response always
 carries, and the one error shape (`{"code", "detail", …}`) of every 4xx (DESIGN.md "Errors").
+The job spec's schema states what its validator checks against as it is when the schema is
+served (the image catalog, the largest node's GPUs and, to a signed-in caller, their teams): the
+one part of the schema that differs by caller and over time, like the request examples' times.
 Extensions register on import; settings name `postprocess` as a hook, which imports this module."""
 
+import copy
 import datetime as dt
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension, OpenApiViewExtension
 from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
@@ -203,6 +208,25 @@ ERROR_DESCRIPTIONS = {
 }
 WRITE_METHODS = {"post", "put", "patch", "delete"}
 JOB_SUBMIT = {"$ref": "#/components/schemas/JobSubmitRequest"}
+JOB_ADVICE = {"$ref": "#/components/schemas/JobAdviceRequest"}
+JOB_SPEC = {"$ref": "#/components/schemas/JobSpecRequest"}
+
+
+def _job_spec_schema(user) -> dict:
+    """The spec validator's rules (training/jobspec.py json_schema) with what they check against
+    as it is when the schema is served: the allowed images, the largest node's GPU count and, for
+    a signed-in caller, the teams they may submit for (training/services.py job_submit)."""
+    from reservations.selectors import teams_visible_to
+    from training.jobspec import json_schema
+    from training.services import allowed_images, largest_node_gpu_count
+
+    teams = None
+    if user is not None and user.is_authenticated:
+        teams = list(teams_visible_to(user=user).values_list("slug", flat=True))
+    schema = json_schema(images=list(allowed_images()), max_gpus=largest_node_gpu_count(),
+                         data_roots=settings.GPUBOOK_DATA_ROOTS, teams=teams)
+    return {**schema, "description": "A job spec (docs: training/jobspec.py), or a seed-style job file's fields. "
+                                     "Served to a signed-in caller, `team` lists the teams they may submit for."}
 
 
 def _query_enums() -> dict[tuple[str, str], list[str]]:
@@ -240,13 +264,16 @@ def postprocess(result, generator, request, public):
             body = operation.get("requestBody", {})
             if body.get("content", {}).get("application/json", {}).get("schema") == JOB_SUBMIT:
                 body["required"] = True  # no body is neither `spec` nor `spec_yaml`: refused
+                if path == "/api/v1/jobs/advice/":
+                    for content in body["content"].values():
+                        content["schema"] = JOB_ADVICE
             responses = operation.setdefault("responses", {})
             for status in sorted(statuses):
                 responses.setdefault(status, {
                     "description": ERROR_DESCRIPTIONS[status],
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
-    _exact_request_bodies(schemas)
+    _exact_request_bodies(schemas, user=getattr(request, "user", None))
     _request_examples(schemas, now=timezone.now())
     _exact_json_fields(schemas)
     for name, schema in schemas.items():
@@ -260,21 +287,30 @@ def postprocess(result, generator, request, public):
     return result
 
 
-def _exact_request_bodies(schemas: dict) -> None:
+def _exact_request_bodies(schemas: dict, *, user) -> None:
     """What the serializers check in code rather than per field."""
     job = schemas.get("JobSubmitRequest")
     if job:  # training/serializers.py JobSubmitSerializer.validate: one of the two, never both
-        job["properties"]["spec"] = {"type": "object", "additionalProperties": {},
-                                     "description": job["properties"]["spec"].get("description", "")}
+        schemas["JobSpecRequest"] = _job_spec_schema(user)
+        description = job["properties"]["spec"].get("description", "")
+        job["properties"]["spec"] = {"allOf": [JOB_SPEC], "description": description}
         # Not `oneOf` at the top: client generators then give up on the body's type altogether.
         job["allOf"] = [{"anyOf": [{"required": ["spec"]}, {"required": ["spec_yaml"]}]}]
         job["not"] = {"required": ["spec", "spec_yaml"]}
+        # Advice is for YOLO jobs only (training/advice.py): a command job's spec is refused there.
+        schemas["JobAdviceRequest"] = {**copy.deepcopy(job), "description": "A YOLO job's spec, as for a submit."}
+        schemas["JobAdviceRequest"]["properties"]["spec"]["allOf"].append({"required": ["yolo"]})
     change = schemas.get("PatchedReservationUpdateRequest")
     if change:  # a change that changes nothing is refused (nothing_to_change)
         change["minProperties"] = 1
     booking = schemas.get("ReservationCreateRequest")
     if booking:  # a booking of no GPUs is refused (no_gpus), as a series' or a wait's is
         booking["properties"]["gpus"]["minItems"] = 1
+    series = schemas.get("SeriesCreateRequest")
+    if series:  # reservations/recurring.py occurrences: an endless rule is refused
+        series["properties"]["rrule"]["pattern"] = "[Uu][Nn][Tt][Ii][Ll]=|[Cc][Oo][Uu][Nn][Tt]="
+    if job:  # DRF trims a text field: only white space is blank
+        job["properties"]["spec_yaml"]["pattern"] = r"\S"
     promote = schemas.get("PromoteRequest")
     if promote:  # training/registry.py NAME
         from training.registry import NAME
@@ -298,9 +334,9 @@ def _request_examples(schemas: dict, *, now) -> None:
         for field, value in values.items():
             if field in properties:
                 properties[field]["example"] = value
-    job = schemas.get("JobSubmitRequest")
-    if job:  # the second seed's own job file (issue 16), for the demo team
-        job["properties"]["spec_yaml"]["example"] = JOB_FILE_EXAMPLE
+    for name in ("JobSubmitRequest", "JobAdviceRequest"):  # the second seed's own job file (issue 16)
+        if name in schemas:
+            schemas[name]["properties"]["spec_yaml"]["example"] = JOB_FILE_EXAMPLE
 
 
 JOB_FILE_EXAMPLE = """\

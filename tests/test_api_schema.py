@@ -146,6 +146,59 @@ def test_real_responses_conform(conforms, people, inventory, future_day):
     conforms(api.get(f"/api/v1/jobs/{job.json()['id']}/runs/", {"offset": 0}), "/api/v1/jobs/{id}/runs/", "get")
 
 
+JOB_SPECS = [  # (spec, accepted by the API's validator); the data root is the default's own
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision", "command": ["python", "t.py"]}, True),
+    ({"task_name": "d", "image": "yolo:v8n-cu118", "team": "vision", "priority": "high", "timeout": "4h",
+      "resources": {"gpu": 2, "memory": "32Gi", "cpu": 8},
+      "yolo": {"model": "yolov8n.yaml", "data": "shapes/data.yaml", "epochs": 3, "batch": -1,
+               "extra": {"lr0": 0.01, "optimizer": "AdamW", "cache": "ram", "freeze": [0, 1]}, "export": ["onnx"]}},
+     True),
+    ({"task_name": "t", "image": "yolo:v8n-cu118", "user": "vision",
+      "yolo": {"model": "w/best.pt", "data": "d.yaml"}, "tune": {"iterations": 3, "space": {"lr0": [0.001, 0.1]}}},
+     True),
+    ({"task_name": "s", "image": "yolo:v8n-cu118", "user": "vision",
+      "command": "yolo train data=d.yaml model=yolov8s.pt epochs=2"}, True),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision", "command": "rm -rf /"}, False),
+    ({"task_name": " ", "image": "yolo:v8n-cu118", "team": "vision", "command": ["t"]}, False),
+    ({"task_name": "x", "image": "nope:1", "team": "vision", "command": ["t"]}, False),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision", "command": ["t"], "gpus": 1}, False),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision", "command": ["t"],
+      "yolo": {"model": "yolov8n.yaml", "data": "d.yaml"}}, False),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision", "resources": {"gpu": 5},
+      "yolo": {"model": "yolov8n.yaml", "data": "d.yaml"}}, False),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision", "timeout": "0m", "command": ["t"]}, False),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision",
+      "yolo": {"model": "yolov8n.yaml", "data": "/etc/data.yaml"}}, False),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision",
+      "yolo": {"model": "yolov8n.yaml", "data": "d.yaml", "batch": 0, "extra": {"lr0": "big"}}}, False),
+    ({"task_name": "x", "image": "yolo:v8n-cu118", "team": "vision",
+      "yolo": {"model": "yolov8n.yaml", "data": "d.yaml"}, "tune": {"iterations": 0}}, False),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("spec", "valid"), JOB_SPECS)
+def test_the_job_spec_schema_says_what_the_validator_says(people, inventory, spec, valid):
+    """The `spec` schema a team member is served (their teams, the catalog, the largest node's
+    4 GPUs) accepts what job_submit's validator accepts and refuses what it refuses."""
+    from tests.support import client_for
+    from training.jobspec import JobSpecError, parse_job_spec
+    from training.seed_style import normalize_submitted
+    from training.services import allowed_images, data_roots_for, largest_node_gpu_count
+
+    served = yaml.safe_load(client_for(people["owner"], api=True).get("/api/schema/").content)
+    components = openapi_to_jsonschema(served["components"]["schemas"])
+    assert components["JobSpecRequest"]["properties"]["team"]["enum"] == ["vision"]
+    schema = {"$ref": "#/components/schemas/JobSpecRequest", "components": {"schemas": components}}
+    try:
+        parse_job_spec(normalize_submitted(spec), allowed_images=set(allowed_images()),
+                       data_roots=data_roots_for(people["vision"]), max_gpus=largest_node_gpu_count())
+        accepted = True
+    except JobSpecError:
+        accepted = False
+    assert accepted == valid
+    assert jsonschema.Draft7Validator(schema).is_valid(spec) == valid
+
 
 @pytest.mark.django_db
 def test_unknown_api_paths_answer_in_the_error_shape_even_with_a_session(people):

@@ -36,7 +36,7 @@ from typing import Any
 
 from scheduler import Priority
 from training import safe_yaml
-from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS, TuneSpec, parse_tune
+from training.runner.spec import EXPORT_FORMATS, EXTRA_ARGS, TuneSpec, extra_args_schema, parse_tune, tune_schema
 
 TOP_LEVEL = {
     "task_name", "image", "command", "yolo", "resources", "priority", "team", "timeout",
@@ -301,6 +301,83 @@ def _parse_yolo(yolo: Any, data_roots: list[str], problems: list) -> YoloTask | 
     return YoloTask(model=str(model), data=str(data), epochs=epochs, imgsz=imgsz, batch=batch, extra=dict(extra),
                     export=tuple(dict.fromkeys(export)) if export is not None else None,
                     allow_gpu_count_change=allow_gpu_count_change is True)
+
+
+def _regex_literal(text: str) -> str:
+    """`text` as an ECMA-262 pattern (re.escape also escapes `-`, which is not valid there)."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
+
+
+def json_schema(
+    *, images: list[str], max_gpus: int, data_roots: list[str], teams: list[str] | None = None
+) -> dict[str, Any]:
+    """What parse_job_spec (after normalize_seed_style) accepts, as an OpenAPI 3.0 schema for
+    the API's `spec` object. `images` and `max_gpus` are the server's catalog and inventory,
+    `data_roots` the configured roots ("{team}": a team's slug) and `teams` the slugs of the
+    teams the caller may submit for (None: no caller), when the schema is served. Rules about
+    two fields together are left to the words: a path under the named team's roots (not another
+    team's), a tune's companions (yolo, no export, one GPU), a seed-style command's arguments."""
+    nullable = {"nullable": True}
+    slug = {"type": "string", "minLength": 1, **({"enum": sorted(teams)} if teams else {})}
+    any_team = "(" + "|".join(_regex_literal(team) for team in sorted(teams)) + ")" if teams else "[^/]+"
+    under_roots = {"pattern": "^(" + "|".join(
+        _regex_literal(os.path.normpath(root)).replace(_regex_literal("{team}"), any_team) for root in data_roots
+    ) + ")(/|$)"}
+    duration = {"nullable": True, "anyOf": [
+        {"type": "integer", "minimum": 1},
+        {"type": "string", "pattern": r"^\s*0*[1-9][0-9]*\s*[smhd]?\s*$"},
+    ], "description": "Seconds, or a number with s, m, h or d (e.g. 90m)."}
+    quantity = {"nullable": True, "anyOf": [{"type": "string", "pattern": QUANTITY.pattern},
+                                            {"type": "integer", "minimum": 0}],
+                "description": "A Kubernetes quantity, e.g. 32Gi or 8."}
+    yolo = {"type": "object", "additionalProperties": False, "required": ["model", "data"], "properties": {
+        "model": {"type": "string", "anyOf": [{"pattern": BUILTIN_MODEL.pattern}, {"pattern": r"^[^/].*\.pt$"},
+                                              under_roots],
+                  "description": "A model YAML name (e.g. yolov8n.yaml), or a weights file under the team's "
+                                 "data roots (a relative .pt: under its own)."},
+        "data": {"type": "string", "anyOf": [{"pattern": "^[^/]"}, under_roots],
+                 "description": "The data YAML, under the team's data roots (relative: under its own)."},
+        "epochs": {"type": "integer", "minimum": 1, "maximum": 10_000, **nullable},
+        "imgsz": {"type": "integer", "minimum": 32, "maximum": 8192, **nullable},
+        "batch": {"type": "integer", "minimum": -1, "maximum": 4096, "not": {"enum": [0]}, **nullable,
+                  "description": "-1: Ultralytics' AutoBatch; left out: the image's table for the GPU."},
+        "extra": {**extra_args_schema(), **nullable, "description": "Ultralytics train arguments (allowlisted)."},
+        "export": {"type": "array", "items": {"type": "string", "enum": list(EXPORT_FORMATS)}, **nullable},
+        "allow_gpu_count_change": {"type": "boolean"},
+    }}
+    resources = {"type": "object", "additionalProperties": False, **nullable, "properties": {
+        "gpu": {"type": "integer", "minimum": 1, **({"maximum": max_gpus} if max_gpus else {}),
+                "description": "GPUs of one node: at most the largest node's count."},
+        "memory": quantity, "cpu": quantity,
+    }}
+    command = {"anyOf": [
+        {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "An argv list (no shell)."},
+        {"type": "string", "pattern": r"^[ \t\r\n]*yolo[ \t\r\n]+train([ \t\r\n]|$)",  # shlex's blanks
+         "description": "Seed style: `yolo train key=value …`, read into `yolo`."},
+    ]}
+    properties = {
+        "task_name": {"type": "string", "pattern": r"\S", "maxLength": 200},
+        "image": {"type": "string", **({"enum": sorted(images)} if images else {}),
+                  "description": "An allowed image of the catalog."},
+        "team": {**slug, "description": "The team's slug."},
+        "user": {**slug, "description": "Seed style: the team's slug, if `team` is not given."},
+        "command": command, "yolo": yolo, "resources": resources,
+        "priority": {"type": "string", "enum": list(PRIORITIES)},
+        "timeout": duration, "estimated_duration": duration,
+        "checkpointable": {"type": "boolean", "description": "Default: true for yolo jobs, false for commands."},
+        "then": {"type": "string", "enum": list(THEN_CHOICES), **nullable},
+        "then_team": {"type": "boolean"},
+        "tune": {**tune_schema(), **nullable},
+    }
+    return {
+        "type": "object", "additionalProperties": False, "properties": properties,
+        "required": ["task_name", "image"],
+        # exactly one of the two ways to train, and of the two ways to name the team (seed style
+        # keeps `user` beside `team` only when both name the same team: not worth a schema)
+        "oneOf": [{"required": ["command"]}, {"required": ["yolo"]}],
+        "anyOf": [{"required": ["team"]}, {"required": ["user"]}],
+        "not": {"required": ["team", "user"]},
+    }
 
 
 # --- seed-style job files -------------------------------------------------------------------

@@ -35,7 +35,7 @@ def allowed_images() -> dict[str, TrainingImage]:
     return {image.reference: image for image in TrainingImage.objects.filter(allowed=True)}
 
 
-def _largest_node_gpu_count() -> int:
+def largest_node_gpu_count() -> int:
     counts: dict[int, int] = {}
     for node_id in Gpu.objects.filter(state=Gpu.State.ACTIVE).values_list("node_id", flat=True):
         counts[node_id] = counts.get(node_id, 0) + 1
@@ -67,7 +67,11 @@ def job_submit(
 ) -> TrainingJob:
     """Validate a job spec and queue it, or attach it to one of the team's reservations."""
     document = seed_style.normalize_submitted(document)
-    team_slug = document.get("team") if isinstance(document, Mapping) else None
+    if not isinstance(document, Mapping):  # e.g. a one-word spec_yaml: no team to look for
+        problem = "the spec must be a mapping of fields"
+        raise DomainError(ErrorCode.INVALID_SPEC, f"The job spec has 1 problem(s): {problem}",
+                          problems=[{"field": "", "problem": problem}])
+    team_slug = document.get("team")
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
         raise DomainError(ErrorCode.UNKNOWN_TEAM, f"No team {team_slug!r}; the spec's `team` is the team's slug.")
@@ -76,7 +80,7 @@ def job_submit(
     images = allowed_images()
     try:
         spec = parse_job_spec(
-            document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=_largest_node_gpu_count()
+            document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=largest_node_gpu_count()
         )
     except JobSpecError as error:
         # Problems may quote what was sent: each quote is clipped so an answer stays small.

@@ -123,6 +123,10 @@ class TestJobsApi:
         assert response.status_code == 201
         broken = api_world["owner"].post("/api/v1/jobs/", {"spec_yaml": "task_name: [unclosed"}, format="json")
         assert broken.status_code == 400 and broken.json()["code"] == "invalid_spec"
+        # one word is YAML too, but no spec: said so, not "no team None"
+        word = api_world["owner"].post("/api/v1/jobs/", {"spec_yaml": "train"}, format="json")
+        assert word.status_code == 400 and word.json()["problems"] == [
+            {"field": "", "problem": "the spec must be a mapping of fields"}]
 
     def test_bad_spec_lists_problems(self, api_world):
         response = submit(api_world["owner"], image="docker.io/evil:latest", command="rm -rf /", yolo=None)

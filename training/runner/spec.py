@@ -85,6 +85,7 @@ def _one_of(*choices: Any) -> Callable[[Any], bool]:
         return any(value == c and type(value) is type(c) for c in choices)
 
     check.__doc__ = "one of " + ", ".join(json.dumps(c) for c in choices)
+    check.choices = choices  # the API schema's enum (training/jobspec.py json_schema)
     return check
 
 
@@ -153,6 +154,20 @@ EXTRA_ARGS: Mapping[str, Callable[[Any], bool]] = MappingProxyType(
     }
 )
 
+_ARG_SCHEMAS: Mapping[Callable[[Any], bool], dict[str, Any]] = {
+    _number: {"type": "number"},
+    _integer: {"type": "integer"},
+    _boolean: {"type": "boolean"},
+    _freeze: {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]},
+}
+
+
+def extra_args_schema() -> dict[str, Any]:
+    """EXTRA_ARGS as a JSON Schema object, for the API's job spec schema: the same checks."""
+    properties = {name: _ARG_SCHEMAS.get(check) or {"enum": list(check.choices)} for name, check in EXTRA_ARGS.items()}
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
 # --- hyper-parameter tuning (a job's `tune:`; the runner's tune.py) ----------------------------
 # The one validator of a tune section: the job spec parser (training/jobspec.py) and the run
 # spec below both call parse_tune. A search space may name only allowlisted numeric train
@@ -208,6 +223,18 @@ def parse_tune(value: Any) -> tuple[TuneSpec | None, list[tuple[str, str]]]:
     if problems:
         return None, problems
     return TuneSpec(iterations=iterations, space=bounds), []
+
+
+def tune_schema() -> dict[str, Any]:
+    """parse_tune's rules as a JSON Schema object (the API's job spec schema); low <= high, the
+    gain's range and an integer argument's bounds holding an integer are checked in code only."""
+    bounds = {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 3,
+              "description": "[low, high] or [low, high, gain]; gain from 0 to 1"}
+    space = {"type": "object", "minProperties": 1, "additionalProperties": False,
+             "properties": {name: bounds for name in sorted(EXTRA_ARGS) if tunable(name)},
+             "description": "Left out: Ultralytics' own space, less what the allowlist refuses."}
+    return {"type": "object", "additionalProperties": False, "required": ["iterations"], "properties": {
+        "iterations": {"type": "integer", "minimum": 1, "maximum": MAX_TUNE_ITERATIONS}, "space": space}}
 
 
 def _space_problem(key: str, item: Any) -> str | None:
