@@ -156,14 +156,19 @@ def _under_roots(path: str, roots: list[str]) -> bool:
     return any(os.path.commonpath([normal, os.path.normpath(root)]) == os.path.normpath(root) for root in roots)
 
 
+def require_mapping(document: Any) -> None:
+    """A spec is a mapping of fields (a one-word `spec_yaml` parses to a string)."""
+    if not isinstance(document, Mapping):
+        raise JobSpecError([("", "the spec must be a mapping of fields")])
+
+
 def parse_job_spec(
     document: Any, *, allowed_images: set[str], data_roots: list[str], max_gpus: int
 ) -> JobSpec:
     """Validate a job spec. `data_roots` are the directories this team may read data and
     weights from; `max_gpus` is the largest node's GPU count (a job runs on one node)."""
     problems: list[tuple[str, str]] = []
-    if not isinstance(document, Mapping):
-        raise JobSpecError([("", "the spec must be a mapping of fields")])
+    require_mapping(document)
     for key in sorted(set(document) - TOP_LEVEL, key=str):
         problems.append((str(key), "unknown field"))
 

@@ -14,7 +14,7 @@ from gpus.models import Gpu
 from reservations import selectors as reservation_selectors
 from reservations.models import Reservation, Team
 from training import runtime, seed_style
-from training.jobspec import JobSpecError, load_document, parse_job_spec
+from training.jobspec import JobSpecError, load_document, parse_job_spec, require_mapping
 from training.models import Artifact, Run, RunMetric, Then, TrainingImage, TrainingJob, WaitingFor, hash_token
 from training.run_state import run_request_stop
 from training.safe_yaml import clip_message
@@ -62,15 +62,24 @@ def job_spec_from_text(*, text: str) -> Any:
         raise DomainError(ErrorCode.INVALID_SPEC, clip_message(str(error))) from error
 
 
+def _invalid_spec(error: JobSpecError) -> DomainError:
+    # Problems may quote what was sent: each quote is clipped so an answer stays small.
+    problems = [(clip_message(str(field), total=120), clip_message(problem)) for field, problem in error.problems]
+    return DomainError(ErrorCode.INVALID_SPEC,
+        f"The job spec has {len(problems)} problem(s): " + "; ".join(f"{f}: {p}" for f, p in problems[:20]),
+        problems=[{"field": field, "problem": problem} for field, problem in problems[:100]],
+    )
+
+
 def job_submit(
     *, user: AbstractBaseUser, document: Any, now: dt.datetime, reservation_id: int | None = None
 ) -> TrainingJob:
     """Validate a job spec and queue it, or attach it to one of the team's reservations."""
     document = seed_style.normalize_submitted(document)
-    if not isinstance(document, Mapping):  # e.g. a one-word spec_yaml: no team to look for
-        problem = "the spec must be a mapping of fields"
-        raise DomainError(ErrorCode.INVALID_SPEC, f"The job spec has 1 problem(s): {problem}",
-                          problems=[{"field": "", "problem": problem}])
+    try:
+        require_mapping(document)  # before the team is looked for in it
+    except JobSpecError as error:
+        raise _invalid_spec(error) from error
     team_slug = document.get("team")
     team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
     if team is None:
@@ -83,12 +92,7 @@ def job_submit(
             document, allowed_images=set(images), data_roots=data_roots_for(team), max_gpus=largest_node_gpu_count()
         )
     except JobSpecError as error:
-        # Problems may quote what was sent: each quote is clipped so an answer stays small.
-        problems = [(clip_message(str(field), total=120), clip_message(problem)) for field, problem in error.problems]
-        raise DomainError(ErrorCode.INVALID_SPEC,
-            f"The job spec has {len(problems)} problem(s): " + "; ".join(f"{f}: {p}" for f, p in problems[:20]),
-            problems=[{"field": field, "problem": problem} for field, problem in problems[:100]],
-        ) from error
+        raise _invalid_spec(error) from error
     reservation = None
     if reservation_id is not None:
         reservation = Reservation.objects.filter(pk=reservation_id).first()
