@@ -297,6 +297,7 @@ def _exact_request_bodies(schemas: dict, *, user) -> None:
         # Not `oneOf` at the top: client generators then give up on the body's type altogether.
         job["allOf"] = [{"anyOf": [{"required": ["spec"]}, {"required": ["spec_yaml"]}]}]
         job["not"] = {"required": ["spec", "spec_yaml"]}
+        job["properties"]["spec_yaml"]["pattern"] = r"\S"  # DRF trims a text field: only white space is blank
         # Advice is for YOLO jobs only (training/advice.py): a command job's spec is refused there.
         schemas["JobAdviceRequest"] = {**copy.deepcopy(job), "description": "A YOLO job's spec, as for a submit."}
         schemas["JobAdviceRequest"]["properties"]["spec"]["allOf"].append({"required": ["yolo"]})
@@ -309,8 +310,6 @@ def _exact_request_bodies(schemas: dict, *, user) -> None:
     series = schemas.get("SeriesCreateRequest")
     if series:  # reservations/recurring.py occurrences: an endless rule is refused
         series["properties"]["rrule"]["pattern"] = "[Uu][Nn][Tt][Ii][Ll]=|[Cc][Oo][Uu][Nn][Tt]="
-    if job:  # DRF trims a text field: only white space is blank
-        job["properties"]["spec_yaml"]["pattern"] = r"\S"
     promote = schemas.get("PromoteRequest")
     if promote:  # training/registry.py NAME
         from training.registry import NAME
