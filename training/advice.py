@@ -12,10 +12,11 @@ from typing import Any
 from django.conf import settings
 
 from gpus.models import Gpu
-from reservations.models import Reservation
+from reservations.models import Reservation, Team
 from training import seed_style
-from training.jobspec import ResolvedYolo, resolve_yolo
+from training.jobspec import JobSpecError, ResolvedYolo, parse_job_spec, resolve_yolo
 from training.models import Run, TrainingImage
+from training.services import data_roots_for, largest_node_gpu_count
 
 # pynvml names start with "NVIDIA"; a declared inventory may say "A100-80GB" or "RTX 4090".
 _NVIDIA = re.compile(r"nvidia|tesla|geforce|quadro|titan|\brtx\b|\b[abhltv]\d{1,3}[a-z]?\b", re.IGNORECASE)
@@ -100,10 +101,14 @@ def advice_for_document(*, document: Any, reservation_id: int | None) -> dict | 
     image = next((i for i in TrainingImage.objects.filter(allowed=True) if i.reference == image_ref), None)
     if image is None:
         return None
-    yolo = document["yolo"]
-    batch = yolo.get("batch")
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
+    team_slug = document.get("team")
+    team = Team.objects.filter(slug=team_slug).first() if isinstance(team_slug, str) else None
+    try:  # resolve_yolo trusts what it is given: only a spec job_submit would take is advised on
+        parse_job_spec(document, allowed_images={image.reference}, max_gpus=largest_node_gpu_count(),
+                       data_roots=data_roots_for(team) if team else [])
+    except JobSpecError:
         return None  # the spec check names it
+    yolo = document["yolo"]
     reservation = None
     if reservation_id is not None:
         reservation = (
