@@ -212,19 +212,22 @@ JOB_ADVICE = {"$ref": "#/components/schemas/JobAdviceRequest"}
 JOB_SPEC = {"$ref": "#/components/schemas/JobSpecRequest"}
 
 
-def _job_spec_schema(user) -> dict:
+def _job_spec_schema(request) -> dict:
     """The spec validator's rules (training/jobspec.py json_schema) with what they check against
     as it is when the schema is served: the allowed images, the largest node's GPU count and, for
-    a signed-in caller, the teams they may submit for (training/services.py job_submit)."""
+    a signed-in caller, the teams they may submit for (training/services.py job_submit). Written
+    with no request (`manage.py spectacular`, the system check, maybe before `migrate`): the
+    rules alone, without reading the database."""
     from reservations.selectors import teams_visible_to
     from training.jobspec import json_schema
     from training.services import allowed_images, largest_node_gpu_count
 
-    teams = None
-    if user is not None and user.is_authenticated:
-        teams = list(teams_visible_to(user=user).values_list("slug", flat=True))
-    schema = json_schema(images=list(allowed_images()), max_gpus=largest_node_gpu_count(),
-                         data_roots=settings.GPUBOOK_DATA_ROOTS, teams=teams)
+    images, max_gpus, teams = [], 0, None
+    if request is not None:
+        images, max_gpus = list(allowed_images()), largest_node_gpu_count()
+        if request.user.is_authenticated:
+            teams = list(teams_visible_to(user=request.user).values_list("slug", flat=True))
+    schema = json_schema(images=images, max_gpus=max_gpus, data_roots=settings.GPUBOOK_DATA_ROOTS, teams=teams)
     return {**schema, "description": "A job spec (docs: training/jobspec.py), or a seed-style job file's fields. "
                                      "Served to a signed-in caller, `team` lists the teams they may submit for."}
 
@@ -273,7 +276,7 @@ def postprocess(result, generator, request, public):
                     "description": ERROR_DESCRIPTIONS[status],
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
-    _exact_request_bodies(schemas, user=getattr(request, "user", None))
+    _exact_request_bodies(schemas, request=request)
     _request_examples(schemas, now=timezone.now())
     _exact_json_fields(schemas)
     for name, schema in schemas.items():
@@ -287,11 +290,11 @@ def postprocess(result, generator, request, public):
     return result
 
 
-def _exact_request_bodies(schemas: dict, *, user) -> None:
+def _exact_request_bodies(schemas: dict, *, request) -> None:
     """What the serializers check in code rather than per field."""
     job = schemas.get("JobSubmitRequest")
     if job:  # training/serializers.py JobSubmitSerializer.validate: one of the two, never both
-        schemas["JobSpecRequest"] = _job_spec_schema(user)
+        schemas["JobSpecRequest"] = _job_spec_schema(request)
         description = job["properties"]["spec"].get("description", "")
         job["properties"]["spec"] = {"allOf": [JOB_SPEC], "description": description}
         # Not `oneOf` at the top: client generators then give up on the body's type altogether.
