@@ -604,7 +604,7 @@ class _Placer:
         next_start = self.index.next_start_on_gpu
         # A GPU whose next reservation comes before the job could finish is no use to it
         # until after that reservation, whose end is not indexed: treat it as never.
-        span_s = (job.estimated_duration_s or self.policy.default_estimate_s) + self.policy.grace_s
+        span_s = self._hold_span_s(job)
 
         ready_at = ready.get
         next_start_at = next_start.get
@@ -638,6 +638,20 @@ class _Placer:
             return
         for _, node in chosen:
             self.protected_until[node] = shadow_s
+
+    def _hold_span_s(self, job: QueuedJob) -> float:
+        """How long before its next reservation a GPU must be free to count for the held
+        job. With `protect_as_placed`, the room `place` would ask of it: its estimate times
+        the gap factor if it cannot checkpoint, and no reservation at all ahead if it has no
+        estimate either (an infinite span leaves only GPUs with nothing booked)."""
+        policy = self.policy
+        estimate_s = job.estimated_duration_s or policy.default_estimate_s
+        if policy.protect_as_placed:
+            if _open_gpus_only(job, policy):
+                return INFINITY
+            if not job.checkpointable:
+                estimate_s *= policy.non_checkpointable_gap_factor
+        return estimate_s + policy.grace_s
 
     def _ready_times(self) -> dict[Id, float]:
         """When each GPU not idle now is expected to be free: the estimated end (or the

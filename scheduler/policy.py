@@ -111,6 +111,12 @@ class Policy:
     # EASY-style protection: the first N jobs in order that cannot start get the node that
     # frees soonest held for them; later jobs use it only if estimated to finish before.
     backfill_protected_jobs: int = 1
+    # The hold is taken only on GPUs where the held job could be placed when they free: a
+    # booking ahead must leave it the room `place` asks (its estimate × the gap factor if it
+    # cannot checkpoint; no booking at all if it has no estimate either). Holding GPUs by
+    # the bare estimate kept nodes the job could never use idle for it under bookings.
+    # False = the bare estimate (before #15 item 2's third round; the easy baseline).
+    protect_as_placed: bool = True
     # At most this many queued jobs are tried per plan (Slurm's bf_max_job_test is 500):
     # bounds the plan's cost when thousands wait and the idle GPUs suit few of them.
     max_jobs_examined: int = 1000
