@@ -16,7 +16,9 @@ next reservation starts more than `grace` from now. Jobs are taken in queue orde
    reservation comes and requeued;
 3. otherwise it waits. With `backfill` on, the first `backfill_protected_jobs` waiting jobs
    get the node that frees soonest (from the estimated ends of the runs on it) held for
-   them: later jobs use that node only if estimated to finish before then (EASY backfill),
+   them, among those where they could be placed then (`protect_as_placed`: the room before
+   a booking that placement asks): later jobs use that node only if estimated to finish
+   before then (EASY backfill),
    and never as preemptible backfill. With `backfill` off, the first job that cannot start
    blocks every job behind it (strict order, the FIFO baselines).
 A started run's `must_end_by` is the next reservation on its GPUs, capped by the job's
@@ -567,7 +569,12 @@ class _Placer:
             gathered = 0
             for node in self.idle.whole_nodes():
                 gpus = self.idle.by_node[node]
-                if node in self.protected_until or gpus[-1][0] < minimum_end_s or (
+                held_s = self.protected_until.get(node)
+                if held_s is not None and (
+                    preemptible or not policy.protect_as_placed or held_s < now_s + fit_s
+                ):
+                    continue
+                if gpus[-1][0] < minimum_end_s or (
                     open_only and not preemptible and gpus[-1][0] != INFINITY
                 ):
                     continue

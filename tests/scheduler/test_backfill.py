@@ -218,6 +218,29 @@ def test_the_head_job_is_held_only_gpus_it_could_be_placed_on(checkpointable, es
     assert starts_of(state, now=10.0, policy=bare) == []
 
 
+@pytest.mark.parametrize(("estimate_s", "expected"), [(1000.0, [2]), (10_000.0, [])])
+def test_a_job_wider_than_a_node_may_use_nodes_held_for_another_until_the_hold_ends(
+    estimate_s, expected
+):
+    # Nodes 0 and 1 idle, node 2 busy until ~5000: all three are held until then for the
+    # 24-GPU job 1. The 16-GPU job 2 may take nodes 0 and 1 if it ends by 5000 (as a job on
+    # one node may), not otherwise.
+    state = snapshot(
+        gpus=gpus(nodes=3),
+        runs=(run(9, tuple(range(200, 208)), estimated_end=5000.0),),
+        queued_jobs=(
+            job(1, 24, submitted_at=0.0, estimate_s=3600.0),
+            job(2, 16, submitted_at=1.0, estimate_s=estimate_s),
+        ),
+    )
+    policy = Policy(grace_s=GRACE_S, allow_multi_node=True, priority_preemption=False)
+    assert [start.job_id for start in starts_of(state, now=10.0, policy=policy)] == expected
+    # Before #15's third round held nodes were closed to such jobs whatever their length.
+    bare = Policy(grace_s=GRACE_S, allow_multi_node=True, priority_preemption=False,
+                  protect_as_placed=False)
+    assert starts_of(state, now=10.0, policy=bare) == []
+
+
 @pytest.mark.parametrize(("allow", "expected_gpus"), [(False, None), (True, 12)])
 def test_jobs_larger_than_a_node_take_whole_nodes_only_when_allowed(allow, expected_gpus):
     state = snapshot(queued_jobs=(job(1, 12),))
