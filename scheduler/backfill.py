@@ -16,7 +16,9 @@ next reservation starts more than `grace` from now. Jobs are taken in queue orde
    reservation comes and requeued;
 3. otherwise it waits. With `backfill` on, the first `backfill_protected_jobs` waiting jobs
    get the node that frees soonest (from the estimated ends of the runs on it) held for
-   them: later jobs use that node only if estimated to finish before then (EASY backfill),
+   them, among those where they could be placed then (`protect_as_placed`: the room before
+   a booking that placement asks): later jobs use that node only if estimated to finish
+   before then (EASY backfill),
    and never as preemptible backfill. With `backfill` off, the first job that cannot start
    blocks every job behind it (strict order, the FIFO baselines).
 A started run's `must_end_by` is the next reservation on its GPUs, capped by the job's
@@ -567,7 +569,12 @@ class _Placer:
             gathered = 0
             for node in self.idle.whole_nodes():
                 gpus = self.idle.by_node[node]
-                if node in self.protected_until or gpus[-1][0] < minimum_end_s or (
+                held_s = self.protected_until.get(node)
+                if held_s is not None and (
+                    preemptible or not policy.protect_as_placed or held_s < now_s + fit_s
+                ):
+                    continue
+                if gpus[-1][0] < minimum_end_s or (
                     open_only and not preemptible and gpus[-1][0] != INFINITY
                 ):
                     continue
@@ -604,7 +611,7 @@ class _Placer:
         next_start = self.index.next_start_on_gpu
         # A GPU whose next reservation comes before the job could finish is no use to it
         # until after that reservation, whose end is not indexed: treat it as never.
-        span_s = (job.estimated_duration_s or self.policy.default_estimate_s) + self.policy.grace_s
+        span_s = self._hold_span_s(job)
 
         ready_at = ready.get
         next_start_at = next_start.get
@@ -638,6 +645,20 @@ class _Placer:
             return
         for _, node in chosen:
             self.protected_until[node] = shadow_s
+
+    def _hold_span_s(self, job: QueuedJob) -> float:
+        """How long before its next reservation a GPU must be free to count for the held
+        job. With `protect_as_placed`, the room `place` would ask of it: its estimate times
+        the gap factor if it cannot checkpoint, and no reservation at all ahead if it has no
+        estimate either (an infinite span leaves only GPUs with nothing booked)."""
+        policy = self.policy
+        estimate_s = job.estimated_duration_s or policy.default_estimate_s
+        if policy.protect_as_placed:
+            if _open_gpus_only(job, policy):
+                return INFINITY
+            if not job.checkpointable:
+                estimate_s *= policy.non_checkpointable_gap_factor
+        return estimate_s + policy.grace_s
 
     def _ready_times(self) -> dict[Id, float]:
         """When each GPU not idle now is expected to be free: the estimated end (or the

@@ -49,6 +49,8 @@ def policy_for(name: str, *, grace_s: float = 60.0) -> Policy:
             use_estimates=True,
             max_preemptions=0,
             backfill_protected_jobs=1,
+            # The textbook hold, on the bare estimate (the baseline as first measured).
+            protect_as_placed=False,
             release_no_show=False,
             release_early_finish=False,
             allow_multi_node=True,

@@ -71,7 +71,8 @@ def replay_logs() -> dict[str, list[list]]:
                 # Issue #15 item 2's order and placement switched off; the baselines keep
                 # today's defaults, which must not change their decisions.
                 policy = replace(
-                    policy, size_lane_weight=0.0, unknown_non_checkpointable_open_gpus_only=False
+                    policy, size_lane_weight=0.0, unknown_non_checkpointable_open_gpus_only=False,
+                    protect_as_placed=False,
                 )
             fifo = name == "fifo"
             config = SimulationConfig(

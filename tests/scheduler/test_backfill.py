@@ -186,6 +186,61 @@ def test_a_wide_job_is_held_for_although_size_lanes_rank_it_last():
     assert [start.job_id for start in starts_of(state, now=10.0, policy=unprotected)] == [2]
 
 
+@pytest.mark.parametrize(
+    ("checkpointable", "estimate_s", "expected"),
+    [
+        # 3 x 1300 + 60 after node 0 frees at 1000 runs past its booking at 4800: node 0
+        # is no use to the head job, so node 1 is held for it and job 2 may take node 0.
+        (False, 1300.0, [2]),
+        # No estimate: only GPUs with nothing booked ahead would take it (node 1).
+        (False, None, [2]),
+        # Checkpointable, 1300 s fits before the booking: node 0 is held, job 2 waits.
+        (True, 1300.0, []),
+    ],
+)
+def test_the_head_job_is_held_only_gpus_it_could_be_placed_on(checkpointable, estimate_s, expected):
+    # Node 0: 7 GPUs busy until ~1000, 1 idle, all 8 booked at 4800. Node 1: busy until ~3000.
+    state = snapshot(
+        runs=(
+            run(8, tuple(range(1, 8)), estimated_end=1000.0),
+            run(9, tuple(range(100, 108)), estimated_end=3000.0),
+        ),
+        reservations=(reservation(1, tuple(range(8)), 4800.0, 8400.0, job_id=77),),
+        queued_jobs=(
+            job(1, 8, submitted_at=0.0, estimate_s=estimate_s, checkpointable=checkpointable,
+                priority=Priority.HIGH),
+            job(2, 1, submitted_at=1.0, estimate_s=2500.0, user="bob"),
+        ),
+    )
+    assert [start.job_id for start in starts_of(state, now=10.0)] == expected
+    # On the bare estimate (1300 s, or the 3600 s default) node 0 is held every time.
+    bare = Policy(grace_s=GRACE_S, min_preemptible_runtime_s=900.0, protect_as_placed=False)
+    assert starts_of(state, now=10.0, policy=bare) == []
+
+
+@pytest.mark.parametrize(("estimate_s", "expected"), [(1000.0, [2]), (10_000.0, [])])
+def test_a_job_wider_than_a_node_may_use_nodes_held_for_another_until_the_hold_ends(
+    estimate_s, expected
+):
+    # Nodes 0 and 1 idle, node 2 busy until ~5000: all three are held until then for the
+    # 24-GPU job 1. The 16-GPU job 2 may take nodes 0 and 1 if it ends by 5000 (as a job on
+    # one node may), not otherwise.
+    state = snapshot(
+        gpus=gpus(nodes=3),
+        runs=(run(9, tuple(range(200, 208)), estimated_end=5000.0),),
+        queued_jobs=(
+            job(1, 24, submitted_at=0.0, estimate_s=3600.0),
+            job(2, 16, submitted_at=1.0, estimate_s=estimate_s),
+        ),
+    )
+    policy = Policy(grace_s=GRACE_S, allow_multi_node=True, priority_preemption=False)
+    assert [start.job_id for start in starts_of(state, now=10.0, policy=policy)] == expected
+    # Before #15's third round held nodes were closed to such jobs whatever their length.
+    bare = Policy(grace_s=GRACE_S, allow_multi_node=True, priority_preemption=False,
+                  protect_as_placed=False)
+    assert starts_of(state, now=10.0, policy=bare) == []
+
+
 @pytest.mark.parametrize(("allow", "expected_gpus"), [(False, None), (True, 12)])
 def test_jobs_larger_than_a_node_take_whole_nodes_only_when_allowed(allow, expected_gpus):
     state = snapshot(queued_jobs=(job(1, 12),))

@@ -17,7 +17,8 @@ NOW = 100_000.0
 # jobs without an estimate placed like others (issue #15 item 2 changed both defaults later;
 # a policy change is not a roll-forward change).
 BEFORE_15_TUNING = replace(
-    DEFAULT_POLICY, size_lane_weight=0.0, unknown_non_checkpointable_open_gpus_only=False
+    DEFAULT_POLICY, size_lane_weight=0.0, unknown_non_checkpointable_open_gpus_only=False,
+    protect_as_placed=False,
 )
 
 
