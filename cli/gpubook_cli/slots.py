@@ -25,7 +25,11 @@ def next_slots(
     """The earliest `limit` start times (one per node and start) at which `gpus` GPUs of one
     node are all free for `duration`. A candidate start is `earliest` or the start of some
     GPU's free window: the first moment a set of GPUs can be free together is always one of
-    those. Ties break by node name, then the lowest GPU ids, so the answer is deterministic."""
+    those. At one start, suggestions pack (DESIGN: bookings kept packed, issue #15): the node
+    with the fewest free GPUs to spare comes first, and on it the GPUs whose free time ends
+    soonest after the slot, so whole nodes and long free stretches stay open for wide jobs
+    and long bookings, as the simulator's booking service places them (best fit). Ties break
+    by node name, then the lowest GPU ids, so the answer is deterministic."""
     by_node: dict[str, list[int]] = {}
     for gpu_id in sorted(free_by_gpu):
         by_node.setdefault(node_of[gpu_id], []).append(gpu_id)
@@ -38,11 +42,12 @@ def next_slots(
         }
         for start in sorted(candidates):
             end = start + duration
-            fitting = [
-                gpu_id for gpu_id in gpu_ids
-                if any(a <= start and end <= b for a, b in free_by_gpu[gpu_id])
-            ]
+            # (end of the free window holding the slot, GPU) for each GPU free all through it.
+            fitting = sorted(
+                (b, gpu_id) for gpu_id in gpu_ids for a, b in free_by_gpu[gpu_id] if a <= start and end <= b
+            )
             if len(fitting) >= gpus:
-                found.append(Slot(node=node, start=start, end=end, gpu_ids=tuple(fitting[:gpus])))
-    found.sort(key=lambda slot: (slot.start, slot.node, slot.gpu_ids))
-    return found[:limit]
+                chosen = tuple(sorted(gpu_id for _, gpu_id in fitting[:gpus]))
+                found.append((start, len(fitting) - gpus, Slot(node=node, start=start, end=end, gpu_ids=chosen)))
+    found.sort(key=lambda row: (row[0], row[1], row[2].node, row[2].gpu_ids))
+    return [slot for _, _, slot in found[:limit]]

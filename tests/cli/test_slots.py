@@ -37,3 +37,15 @@ def test_log_tail_overlap_prints_only_new_lines():
 def test_starts_round_up_to_the_slot():
     assert ceil_to_slot(T0 + dt.timedelta(minutes=1), 30) == T0 + dt.timedelta(minutes=30)
     assert ceil_to_slot(T0, 30) == T0
+
+
+def test_suggestions_pack_so_whole_nodes_stay_free():
+    """At one start, the node with the fewest GPUs to spare comes first, and on it the GPUs
+    whose free time ends soonest: a 2-GPU booking should not split the only free node."""
+    whole = {1: [(T0, T0 + 48 * H)], 2: [(T0, T0 + 48 * H)], 3: [(T0, T0 + 48 * H)]}
+    partly = {4: [(T0, T0 + 48 * H)], 5: [(T0, T0 + 4 * H)], 6: []}
+    node_of = {1: "a", 2: "a", 3: "a", 4: "b", 5: "b", 6: "b"}
+    found = next_slots(free_by_gpu=whole | partly, node_of=node_of, gpus=2, duration=2 * H, earliest=T0)
+    assert [(s.node, s.gpu_ids) for s in found[:2]] == [("b", (4, 5)), ("a", (1, 2))]
+    one = next_slots(free_by_gpu=whole | partly, node_of=node_of, gpus=1, duration=2 * H, earliest=T0, limit=1)
+    assert [(s.node, s.gpu_ids) for s in one] == [("b", (5,))]  # GPU 5 is free only 4 h: use it up first
