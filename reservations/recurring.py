@@ -91,7 +91,8 @@ def series_create(
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise DomainError(ErrorCode.UNKNOWN_TIME_ZONE, f"Unknown time zone {time_zone!r}.") from None
     starts = occurrences(rule=rule, first_start=start, zone=zone)
-    gpus = list(Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True).distinct())
+    # A set, not .distinct(): Gpu's default ordering would join the DISTINCT, one row per GPU.
+    gpus = sorted(set(Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True)))
     if len(gpus) != 1:
         raise DomainError(ErrorCode.INVALID_GPUS, "Choose GPUs of one node.")
     # Each occurrence keeps the first one's wall-clock length, so 18:00–22:00 stays 4 hours.
