@@ -371,6 +371,9 @@ def _request_examples(schemas: dict, *, now) -> None:
     for name in ("JobSubmitRequest", "JobAdviceRequest"):  # the second seed's own job file (issue 16)
         if name in schemas:
             schemas[name]["properties"]["spec_yaml"]["example"] = JOB_FILE_EXAMPLE
+            # The body's too: its required field is one of two (an anyOf), so a tool building an
+            # example from the required properties' finds none.
+            schemas[name]["example"] = {"spec_yaml": JOB_FILE_EXAMPLE}
 
 
 JOB_FILE_EXAMPLE = """\
