@@ -22,12 +22,15 @@ MAX_ID = 2**63 - 1
 DATE_TIME = {"type": "string", "format": "date-time"}
 
 
+AWARE = "RFC 3339 / ISO-8601 date-time with a UTC offset, e.g. 2026-12-01T09:00:00+01:00; a time without an " \
+        "offset is refused."
+
+
 class AwareDateTimeFieldExtension(OpenApiSerializerFieldExtension):
     target_class = "reservations.serializers.AwareDateTimeField"
 
     def map_serializer_field(self, auto_schema, direction):
-        return {**DATE_TIME, "description": "RFC 3339 / ISO-8601 date-time with a UTC offset, e.g. "
-                                            "2026-12-01T09:00:00+01:00; a time without an offset is refused."}
+        return {**DATE_TIME, "description": AWARE}
 
 
 class _TimeWindow(serializers.Serializer):
@@ -210,6 +213,7 @@ WRITE_METHODS = {"post", "put", "patch", "delete"}
 JOB_SUBMIT = {"$ref": "#/components/schemas/JobSubmitRequest"}
 JOB_ADVICE = {"$ref": "#/components/schemas/JobAdviceRequest"}
 JOB_SPEC = {"$ref": "#/components/schemas/JobSpecRequest"}
+CHANGE = {"$ref": "#/components/schemas/PatchedReservationUpdateRequest"}
 
 
 def _job_spec_schema(request) -> dict:
@@ -265,6 +269,8 @@ def postprocess(result, generator, request, public):
             if method in WRITE_METHODS:
                 statuses.add("409")
             body = operation.get("requestBody", {})
+            if body.get("content", {}).get("application/json", {}).get("schema") == CHANGE:
+                body["required"] = True  # no body changes nothing: refused (nothing_to_change)
             if body.get("content", {}).get("application/json", {}).get("schema") == JOB_SUBMIT:
                 body["required"] = True  # no body is neither `spec` nor `spec_yaml`: refused
                 if path == "/api/v1/jobs/advice/":
@@ -277,6 +283,7 @@ def postprocess(result, generator, request, public):
                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                 })
     _exact_request_bodies(schemas, request=request)
+    _timing_rules(schemas)
     _request_examples(schemas, now=timezone.now())
     _exact_json_fields(schemas)
     for name, schema in schemas.items():
@@ -320,6 +327,31 @@ def _exact_request_bodies(schemas: dict, *, request) -> None:
         promote["properties"]["name"]["pattern"] = NAME.pattern
 
 
+def _timing_rules(schemas: dict) -> None:
+    """What the services check on a body's times, in words: OpenAPI 3.0 can compare neither two
+    fields nor a field with the clock (reservations/services.py _validate_times and
+    _validate_team_rules, reservation_reschedule; recurring.py series_create; waitlist.py
+    waitlist_join). tests/security/fuzz_hooks.py moves the fuzzer's times onto these rules."""
+    grid = (f"on the {settings.GPUBOOK_SLOT_MINUTES}-minute slot grid in UTC (whatever offset they are written "
+            "with), the end after the start; the start not in a slot that has begun, at least the team's "
+            "`min_notice_minutes` ahead and at most its `max_days_ahead` days ahead; at most the team's "
+            "`max_booking_hours` long (GET /api/v1/teams/{id}/ serves the team's rules).")
+    rules = {
+        "ReservationCreateRequest": f"Both {grid}",
+        "PatchedReservationUpdateRequest": f"The new times, both {grid} A booking that has begun keeps its start "
+                                           "and may not end before the current slot ends.",
+        "SeriesCreateRequest": f"The first occurrence's. Each occurrence is booked like a single booking, both {grid} "
+                               "A refused occurrence is reported in the series' `failed`; the series is still made.",
+        "WaitlistJoinRequest": "A future slot (the start after now, the end after the start) that is taken now: a "
+                               "free slot is refused (409 slot_free). The entry expires at the slot's start.",
+    }
+    for name, rule in rules.items():
+        properties = schemas.get(name, {}).get("properties", {})
+        for field in ("start", "end"):
+            if field in properties:
+                properties[field]["description"] = f"{AWARE} {rule}"
+
+
 # Bodies whose validity depends on the clock (a future slot on the grid, start before end) and on
 # what exists, which a schema cannot say: each such field carries an example, the times valid when
 # the schema was served, so a client (and a schema-driven tester) has a request to start from.
@@ -339,6 +371,9 @@ def _request_examples(schemas: dict, *, now) -> None:
     for name in ("JobSubmitRequest", "JobAdviceRequest"):  # the second seed's own job file (issue 16)
         if name in schemas:
             schemas[name]["properties"]["spec_yaml"]["example"] = JOB_FILE_EXAMPLE
+            # The body's too: its required field is one of two (an anyOf), so a tool building an
+            # example from the required properties' finds none.
+            schemas[name]["example"] = {"spec_yaml": JOB_FILE_EXAMPLE}
 
 
 JOB_FILE_EXAMPLE = """\

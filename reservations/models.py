@@ -215,7 +215,9 @@ class ReservationSeries(models.Model):
     rule = models.CharField(max_length=500, help_text="RRULE, e.g. FREQ=WEEKLY;BYDAY=TU;UNTIL=20270331T235959Z")
     time_zone = models.CharField(max_length=64, validators=[validate_time_zone])
     first_start = models.DateTimeField()
-    duration_s = models.PositiveIntegerField()
+    # Any two date-times apart (a 32-bit column held 68 years and 500'd past it): an absurd length
+    # is refused occurrence by occurrence, like every booking rule, and the series kept with why.
+    duration_s = models.PositiveBigIntegerField()
     note = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField()
 

@@ -91,7 +91,8 @@ def series_create(
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise DomainError(ErrorCode.UNKNOWN_TIME_ZONE, f"Unknown time zone {time_zone!r}.") from None
     starts = occurrences(rule=rule, first_start=start, zone=zone)
-    gpus = list(Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True).distinct())
+    # A set, not .distinct(): Gpu's default ordering would join the DISTINCT, one row per GPU.
+    gpus = sorted(set(Gpu.objects.filter(pk__in=gpu_ids).values_list("node_id", flat=True)))
     if len(gpus) != 1:
         raise DomainError(ErrorCode.INVALID_GPUS, "Choose GPUs of one node.")
     # Each occurrence keeps the first one's wall-clock length, so 18:00–22:00 stays 4 hours.
@@ -208,11 +209,13 @@ class SeriesCreateSerializer(serializers.Serializer):
     gpus = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID), min_length=1,
                                  max_length=64)
     team = serializers.IntegerField(min_value=1, max_value=MAX_ID)
-    start = AwareDateTimeField(help_text="The first occurrence's start.")
-    end = AwareDateTimeField(help_text="The first occurrence's end.")
-    rrule = serializers.CharField(max_length=500, help_text="RFC 5545 RRULE with UNTIL or COUNT, e.g. "
+    start = AwareDateTimeField()  # its rules in words: config/openapi.py _timing_rules
+    end = AwareDateTimeField()
+    rrule = serializers.CharField(max_length=500, help_text=f"RFC 5545 RRULE with UNTIL or COUNT and at most "
+                                                           f"{MAX_OCCURRENCES} occurrences, e.g. "
                                                            "FREQ=WEEKLY;BYDAY=TU;UNTIL=20270331T235959Z")
-    time_zone = serializers.CharField(max_length=64, required=False, help_text="Default: the team's zone.")
+    time_zone = serializers.CharField(max_length=64, required=False,
+                                      help_text="An IANA time zone name, e.g. Europe/Berlin. Default: the team's zone.")
     note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 

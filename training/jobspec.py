@@ -52,6 +52,8 @@ BUILTIN_MODEL = re.compile(r"^yolo[a-z0-9]*[nsmlx]?(-[a-z]+)?\.yaml$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T|m)?$")
 DURATION = re.compile(r"^([0-9]+)\s*([smhd]?)$")
 UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# What the duration columns (TrainingJob.timeout_s, estimated_duration_s) hold: some 68 years.
+MAX_DURATION_S = 2**31 - 1
 
 
 class JobSpecError(ValueError):
@@ -132,12 +134,17 @@ def _duration(value: Any, field: str, problems: list) -> int | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    match = DURATION.match(str(value).strip()) if isinstance(value, str) else None
-    if match is None or int(match.group(1)) <= 0:
-        problems.append((field, f"expected seconds or a number with s/m/h/d (e.g. 90m), got {value!r}"))
+        seconds = value
+    else:
+        match = DURATION.match(str(value).strip()) if isinstance(value, str) else None
+        if match is None or int(match.group(1)) <= 0:
+            problems.append((field, f"expected seconds or a number with s/m/h/d (e.g. 90m), got {value!r}"))
+            return None
+        seconds = int(match.group(1)) * UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_DURATION_S:
+        problems.append((field, f"at most {MAX_DURATION_S} seconds, got {value!r}"))
         return None
-    return int(match.group(1)) * UNIT_SECONDS[match.group(2)]
+    return seconds
 
 
 def _positive_int(value: Any, field: str, problems: list, *, minimum: int = 1, maximum: int | None = None) -> int:
@@ -329,9 +336,9 @@ def json_schema(
         _regex_literal(os.path.normpath(root)).replace(_regex_literal("{team}"), any_team) for root in data_roots
     ) + ")(/|$)"}
     duration = {"nullable": True, "anyOf": [
-        {"type": "integer", "minimum": 1},
+        {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_S},
         {"type": "string", "pattern": r"^\s*0*[1-9][0-9]*\s*[smhd]?\s*$"},
-    ], "description": "Seconds, or a number with s, m, h or d (e.g. 90m)."}
+    ], "description": f"Seconds, or a number with s, m, h or d (e.g. 90m); at most {MAX_DURATION_S} seconds."}
     quantity = {"nullable": True, "anyOf": [{"type": "string", "pattern": QUANTITY.pattern},
                                             {"type": "integer", "minimum": 0}],
                 "description": "A Kubernetes quantity, e.g. 32Gi or 8."}

@@ -106,3 +106,22 @@ def test_series_through_the_api(berlin, inventory):
     outsider = APIClient()
     outsider.credentials(HTTP_AUTHORIZATION=f"Token {token_for(berlin['outsider'])}")
     assert outsider.get(f"/api/v1/series/{series['id']}/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_series_may_book_several_gpus_of_one_node(berlin, inventory):
+    """Gpu's default ordering once joined the "one node?" DISTINCT, so two GPUs of one node
+    read as two nodes and every multi-GPU series was refused (found by tests/security/fuzz_hooks.py)."""
+    gpus = inventory["b"]
+    report = series_create(user=berlin["owner"], team=berlin["vision"], gpu_ids=[gpu.pk for gpu in gpus],
+                           start=FIRST, end=FIRST + H, rule="FREQ=DAILY;COUNT=2", now=NOW)
+    assert [sorted(gpu.gpu_id for gpu in r.booked.all()) for r in report.booked] == [[g.pk for g in gpus]] * 2
+
+
+@pytest.mark.django_db
+def test_a_series_of_centuries_is_refused_date_by_date_not_with_a_500(berlin, inventory):
+    """Its length once overflowed a 32-bit column (found by tests/security/fuzz_hooks.py)."""
+    report = series_create(user=berlin["owner"], team=berlin["vision"], gpu_ids=[inventory["a"][0].pk],
+                           start=dt.datetime(1136, 6, 21, 1, 0, tzinfo=dt.UTC), end=NOW, rule="FREQ=WEEKLY;COUNT=1",
+                           now=NOW)
+    assert report.booked == [] and [failure["code"] for failure in report.failed] == ["past_slot"]

@@ -51,6 +51,9 @@ class TestJobSpec:
             ({"command": ["python", "train.py"]}, "command"),
             ({"priority": "asap"}, "priority"),
             ({"timeout": "forever"}, "timeout"),
+            # Past what the column holds: once a 500 (found by tests/security/test_schema_conformance_cli.py).
+            ({"estimated_duration": 254402543316}, "estimated_duration"),
+            ({"timeout": "24856d"}, "timeout"),
             ({"resources": {"memory": "lots"}}, "resources.memory"),
             ({"tune": {"iterations": 0}}, "tune.iterations"),
             ({"tune": {"iterations": 3, "space": {"imgsz": [32, 640]}}}, "tune.space.imgsz"),
