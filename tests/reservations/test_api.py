@@ -6,10 +6,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from reservations.models import Reservation
-from tests.support import client_for
+from reservations.serializers import ReservationSerializer
+from tests.support import book, client_for
 
 H = dt.timedelta(hours=1)
 
@@ -89,6 +91,17 @@ class TestReservationsApi:
         response = create(api["owner"], inventory["a"][:1], start, start + H, people["vision"])
         assert response.status_code == 201
         assert response.json()["start"] == iso(future_day + 9 * H)
+
+    def test_the_answer_is_what_the_declared_fields_render(self, api, people, inventory, future_day):
+        # ReservationSerializer builds its answer by hand (issue #19); the fields it declares
+        # give the schema, so the two must not drift apart.
+        made = book(people["owner"], people["vision"], inventory["a"][1:3], future_day + 9 * H, note="über ✓")
+        reservation = Reservation.objects.get(pk=made.pk)
+        reservation.release_reason = "released early"
+        for shown in (made, reservation):
+            serializer = ReservationSerializer(shown)
+            assert serializer.data == serializers.Serializer.to_representation(serializer, shown)
+        assert ReservationSerializer(made).data == ReservationSerializer(reservation).data | {"release_reason": ""}
 
     def test_conflict_lists_the_collision(self, api, people, inventory, future_day):
         create(api["owner"], inventory["a"][:1], future_day + 9 * H, future_day + 11 * H, people["vision"])
