@@ -42,6 +42,18 @@ def _from_json(field, value):
     return convert(value) if convert is not None and value is not None else value
 
 
+def instance_from_row(model, row: dict, prefix: str = ""):
+    """A model instance from a `.values()` row that holds its concrete fields by attname
+    (`prefix`: as `<relation>__` when read across a relation); see `columns`."""
+    fields = model._meta.concrete_fields
+    return model.from_db(None, [field.attname for field in fields], [row[prefix + field.attname] for field in fields])
+
+
+def columns(model, prefix: str = "") -> list[str]:
+    """The `.values()` names `instance_from_row` needs."""
+    return [prefix + field.attname for field in model._meta.concrete_fields]
+
+
 def instance_from_json(model, data: dict):
     """A model instance from its row as PostgreSQL's `row_to_json` gives it."""
     fields = model._meta.concrete_fields
@@ -50,13 +62,13 @@ def instance_from_json(model, data: dict):
     )
 
 
-def _together(querysets: Sequence[QuerySet]) -> str | None:
+def _together(querysets: Sequence[QuerySet], *, fewest: int = 2) -> str | None:
     """The alias to send `querysets` to as one statement, or None to run them one by one."""
     for queryset in querysets:
         if queryset._iterable_class is not ValuesIterable:
             raise TypeError("fetch_together takes .values() querysets")
     aliases = {queryset.db for queryset in querysets}
-    if len(aliases) != 1 or len(querysets) < 2:
+    if len(aliases) != 1 or len(querysets) < fewest:
         return None
     alias = aliases.pop()
     return alias if connections[alias].vendor == "postgresql" else None
@@ -118,14 +130,15 @@ def fetch_together(*querysets: QuerySet) -> list[list[dict]]:
 
 # --- prepared: built once per shape -------------------------------------------------------
 
-Value = int | dt.datetime | list[int] | None
+Value = int | str | dt.datetime | list[int] | None
 # A statement kept per shape. The shapes of one read are few (see `fetch_prepared`); the
 # bound only keeps a caller with an unexpectedly wide key from growing the process.
 _PREPARED_LIMIT = 256
 _prepared: dict[Hashable, tuple | None] = {}
 _prepared_lock = threading.Lock()  # gunicorn's threads share it
 # The stand-ins: datetimes all move by the same amount (their order, ties included, stays);
-# each int value moves by its own offset, far above any id, so no two values' stand-ins meet.
+# each int value moves by its own offset, far above any id, and each string gains its own
+# suffix, so no two values' stand-ins meet.
 _MOVES = ((-dt.timedelta(days=1, microseconds=1), 1 << 40), (-dt.timedelta(days=2, microseconds=3), 1 << 42))
 
 
@@ -139,10 +152,12 @@ def _stand_ins(values: dict[str, Value], move: tuple[dt.timedelta, int]) -> dict
             stand_ins[name] = [item + offset * (number + 1) for item in value]
         elif isinstance(value, int) and not isinstance(value, bool):
             stand_ins[name] = value + offset * (number + 1)
+        elif isinstance(value, str):
+            stand_ins[name] = f"{value} (stand-in {offset * (number + 1)})"
         elif value is None:
             stand_ins[name] = None
         else:
-            raise TypeError(f"fetch_prepared takes ints, int lists, datetimes and None, not {name}={value!r}")
+            raise TypeError(f"fetch_prepared takes ints, int lists, strings, datetimes and None, not {name}={value!r}")
     return stand_ins
 
 
@@ -162,7 +177,7 @@ def _prepare(build, values: dict[str, Value]):
     that value's slot, one that stays put is a constant. None when the three do not line up
     (a value changed on its way into the SQL): such a read is not kept."""
     querysets = build(values)
-    alias = _together(querysets)
+    alias = _together(querysets, fewest=1)  # one read too: kept, it is not compiled again
     if alias is None:
         return None
     sql, params, shapes = _statement(querysets)
@@ -206,7 +221,7 @@ def fetch_prepared(
     `key` must name whatever changes the statement's shape other than the order of the
     datetimes (added here): which querysets `build` makes, and how — which values are None,
     each list's length. `build` must use the values as they are (compare datetimes, pass
-    them on; no arithmetic, no comparing two ints). Each list must hold distinct ints. The
+    them on; no arithmetic, no comparing two ints or strings). Each list must hold distinct ints. The
     first call of a shape checks this (`_prepare`); a read that fails the check is sent as
     fetch_together sends it, every time."""
     for name, value in values.items():
