@@ -95,6 +95,15 @@ def booking_gpus(*, gpu_ids: Iterable[int], user: AbstractBaseUser, team_id: int
     return gpus, rows[0]["booker_role"]
 
 
+def team_by_id(*, team_id: int) -> Team | None:
+    """The team, or None: asked on every booking, so its statement is built once."""
+    (rows,) = fetch_prepared(
+        key="team_by_id", build=lambda values: [Team.objects.filter(pk=values["team"]).values(*columns(Team))],
+        values={"team": team_id},
+    )
+    return instance_from_row(Team, rows[0]) if rows else None
+
+
 def teams_visible_to(*, user: AbstractBaseUser) -> QuerySet[Team]:
     if user.is_superuser:
         return Team.objects.all()

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from reservations.models import Reservation
-from reservations.serializers import ReservationSerializer
+from reservations.serializers import ReservationCreateSerializer, ReservationSerializer, booking_input
 from tests.support import book, client_for
 
 H = dt.timedelta(hours=1)
@@ -38,6 +38,42 @@ def assert_error(response, status: int, code: str) -> dict:
     body = response.json()
     assert body["code"] == code and isinstance(body["detail"], str) and body["detail"]
     return body
+
+
+PLAIN = {"gpus": [3, 1], "team": 2, "start": "2031-01-06T09:00:00+01:00", "end": " 2031-01-06T10:00:00Z "}
+BOOKING_INPUTS = [  # (payload, whether booking_input parses it itself)
+    (PLAIN, True),
+    (PLAIN | {"gpus": []}, True),
+    (PLAIN | {"gpus": list(range(1, 65))}, True),
+    (PLAIN | {"unknown": "ignored"}, True),
+    (PLAIN | {"team": 2**63 - 1}, True),
+    (PLAIN | {"note": "  a note "}, False),
+    (PLAIN | {"gpus": list(range(1, 66))}, False),
+    (PLAIN | {"gpus": [1.0]}, False),
+    (PLAIN | {"gpus": ["1"]}, False),
+    (PLAIN | {"gpus": [True]}, False),
+    (PLAIN | {"gpus": [0]}, False),
+    (PLAIN | {"gpus": 1}, False),
+    (PLAIN | {"team": 2**63}, False),
+    (PLAIN | {"team": "2"}, False),
+    (PLAIN | {"team": None}, False),
+    (PLAIN | {"start": "2031-01-06T09:00:00"}, False),
+    (PLAIN | {"end": 5}, False),
+    ({k: v for k, v in PLAIN.items() if k != "end"}, False),
+    ([PLAIN], False),
+]
+
+
+@pytest.mark.parametrize(("payload", "parsed_lean"), BOOKING_INPUTS)
+def test_the_lean_booking_parse_gives_what_the_serializer_gives(payload, parsed_lean):
+    # booking_input parses the plain booking itself (issue #19) and leaves the rest to
+    # ReservationCreateSerializer, so every refusal keeps the serializer's answer.
+    lean = booking_input(payload)
+    assert (lean is not None) == parsed_lean
+    if lean is not None:
+        serializer = ReservationCreateSerializer(data=payload)
+        assert serializer.is_valid(), serializer.errors
+        assert lean == dict(serializer.validated_data)
 
 
 @pytest.mark.django_db
