@@ -220,10 +220,11 @@ def fetch_prepared(
 
     `key` must name whatever changes the statement's shape other than the order of the
     datetimes (added here): which querysets `build` makes, and how — which values are None,
-    each list's length. `build` must use the values as they are (compare datetimes, pass
-    them on; no arithmetic, no comparing two ints or strings). Each list must hold distinct ints. The
-    first call of a shape checks this (`_prepare`); a read that fails the check is sent as
-    fetch_together sends it, every time."""
+    each list's length. `build` must take every value from its argument (one it took from
+    elsewhere would be kept as a constant) and use them as they are: compare datetimes,
+    pass them on; no arithmetic, no comparing two ints or strings. Each list must hold
+    distinct ints. The first call of a shape checks the rest (`_prepare`); a read that fails
+    the check is sent as fetch_together sends it, every time."""
     for name, value in values.items():
         if isinstance(value, list) and len(set(value)) != len(value):
             raise ValueError(f"fetch_prepared: {name} repeats a value")
