@@ -5,9 +5,12 @@ import hmac
 import secrets
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
 
 from accounts.models import PREFIX_LENGTH, ApiToken, hash_key
+from config.batch import columns, fetch_prepared, instance_from_row
 from config.errors import ErrorCode, NotFound
 
 
@@ -31,7 +34,7 @@ def api_token_user(*, key: str, now: dt.datetime) -> tuple[AbstractBaseUser, Api
     """The (active) user a live key belongs to, or None for any dead or unknown key."""
     if not key or len(key) > 200:
         return None
-    token = ApiToken.objects.select_related("user").filter(key_hash=hash_key(key), revoked_at=None).first()
+    token = _live_token(key_hash=hash_key(key))
     if token is None or (token.expires_at is not None and token.expires_at <= now) or not token.user.is_active:
         return None
     if not hmac.compare_digest(token.password_fingerprint, _fingerprint(token.user)):
@@ -40,6 +43,25 @@ def api_token_user(*, key: str, now: dt.datetime) -> tuple[AbstractBaseUser, Api
     if token.last_used_at is None or now - token.last_used_at > dt.timedelta(minutes=1):
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token.user, token
+
+
+def _live_token(*, key_hash: str) -> ApiToken | None:
+    """The unrevoked token with this hash, with its user: read on every API request, so its
+    statement is built once (`fetch_prepared`)."""
+    user_model = get_user_model()
+
+    def build(values: dict) -> list[QuerySet]:
+        return [
+            ApiToken.objects.filter(key_hash=values["key_hash"], revoked_at=None)
+            .values(*columns(ApiToken), *columns(user_model, "user__"))[:1]
+        ]
+
+    (rows,) = fetch_prepared(key="api_token_user", build=build, values={"key_hash": key_hash})
+    if not rows:
+        return None
+    token = instance_from_row(ApiToken, rows[0])
+    token.user = instance_from_row(user_model, rows[0], "user__")
+    return token
 
 
 def api_tokens_of(*, user: AbstractBaseUser):

@@ -276,8 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--attempts-per-client", type=int, default=150)
     parser.add_argument("--profile-only", action="store_true", help="only the in-process CPU/statements figure")
-    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
-    parser.add_argument("--threads", type=int, default=6, help="gunicorn threads per worker")
+    # The production line README.md recommends (and deploy/compose.yaml runs): 4 workers x 8 threads.
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker")
     args = parser.parse_args(argv)
 
     fresh_database(DATABASE)

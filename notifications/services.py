@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F, Prefetch, QuerySet, prefetch_related_objects
 
-from config.batch import fetch_together
+from config.batch import fetch_together, insert
 from config.errors import DomainError, ErrorCode, NotPermitted
 from notifications import links
 from notifications.models import Delivery, EventType, Notice, NotificationPreference, Webhook
@@ -73,7 +73,8 @@ def notice_emit(
         raise ValueError(f"unknown event type {event_type!r}")
     fields = {"event_type": event_type, "team_id": team_id, "occurred_at": now, "payload": payload}
     if dedupe_key is None:
-        notice = Notice.objects.create(**fields)
+        notice = Notice(**fields)
+        insert([notice])
     else:
         if Notice.objects.filter(dedupe_key=dedupe_key).exists():
             return None
@@ -100,7 +101,7 @@ def notice_emit(
         for hook in webhooks
         if Webhook(enabled=True, events=hook["events"]).wants(event_type)
     ]
-    Delivery.objects.bulk_create(deliveries)
+    insert(deliveries)
     if deliveries:
         transaction.on_commit(functools.partial(_enqueue, notice.pk))
     return notice

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from config.errors import DomainError, ErrorCode, NotFound, NotPermitted
 from gpus.models import Gpu, Node
 from reservations import selectors, services
-from reservations.models import ReservationGpu, Team
+from reservations.models import ReservationGpu
 from reservations.serializers import (
     MAX_ID,
     AwareDateTimeField,
@@ -24,6 +24,7 @@ from reservations.serializers import (
     ReservationSerializer,
     ReservationUpdateSerializer,
     TeamSerializer,
+    booking_input,
 )
 
 MAX_AVAILABILITY_WINDOW = dt.timedelta(days=62)
@@ -138,10 +139,12 @@ class ReservationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
 
     @extend_schema(request=ReservationCreateSerializer, responses={201: ReservationSerializer})
     def create(self, request):
-        data = ReservationCreateSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
-        team = Team.objects.filter(pk=values["team"]).first()
+        values = booking_input(request.data)
+        if values is None:
+            data = ReservationCreateSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            values = data.validated_data
+        team = selectors.team_by_id(team_id=values["team"])
         if team is None:
             raise DomainError(ErrorCode.UNKNOWN_TEAM, f"No team with id {values['team']}.")
         reservation = services.reservation_create(

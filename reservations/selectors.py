@@ -3,7 +3,7 @@
 import dataclasses
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.apps import apps
 from django.conf import settings
@@ -11,9 +11,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Greatest, Least
 
-from config.batch import fetch_together
+from config.batch import columns, fetch_prepared, fetch_together, instance_from_row
 from config.errors import ErrorCode, NotFound, NotPermitted
-from gpus.models import Gpu, MaintenanceWindow
+from gpus.models import Gpu, MaintenanceWindow, Node
 from reservations import timegrid
 from reservations.models import Membership, Reservation, ReservationGpu, Team
 
@@ -70,15 +70,38 @@ def require_can_change(*, user: AbstractBaseUser, obj, not_found: str, not_permi
 
 def booking_gpus(*, gpu_ids: Iterable[int], user: AbstractBaseUser, team_id: int) -> tuple[list[Gpu], str | None]:
     """The GPUs of `gpu_ids` that exist (with their node), and the user's role in the team
-    (`team_role`): one query, since a booking asks both before it locks anything."""
+    (`team_role`): one query, since a booking asks both before it locks anything; its
+    statement built once per number of GPUs (`fetch_prepared`: on every booking)."""
     ids = sorted(set(gpu_ids))
     if not ids:
         return [], team_role(user=user, team_id=team_id)
-    role = Membership.objects.filter(user=user, team_id=team_id).values("role")[:1]
-    gpus = list(Gpu.objects.filter(pk__in=ids).select_related("node").annotate(booker_role=Subquery(role)))
-    if not gpus:
+
+    def build(values: dict) -> list[QuerySet]:
+        role = Membership.objects.filter(user_id=values["user"], team_id=values["team"]).values("role")[:1]
+        return [
+            Gpu.objects.filter(pk__in=values["gpus"]).annotate(booker_role=Subquery(role))
+            .values(*columns(Gpu), *columns(Node, "node__"), "booker_role")
+        ]
+
+    (rows,) = fetch_prepared(key=("booking_gpus", len(ids)), build=build,
+                             values={"gpus": ids, "user": user.pk, "team": team_id})
+    if not rows:
         return [], team_role(user=user, team_id=team_id)
-    return gpus, gpus[0].booker_role
+    gpus = []
+    for row in rows:
+        gpu = instance_from_row(Gpu, row)
+        gpu.node = instance_from_row(Node, row, "node__")
+        gpus.append(gpu)
+    return gpus, rows[0]["booker_role"]
+
+
+def team_by_id(*, team_id: int) -> Team | None:
+    """The team, or None: asked on every booking, so its statement is built once."""
+    (rows,) = fetch_prepared(
+        key="team_by_id", build=lambda values: [Team.objects.filter(pk=values["team"]).values(*columns(Team))],
+        values={"team": team_id},
+    )
+    return instance_from_row(Team, rows[0]) if rows else None
 
 
 def teams_visible_to(*, user: AbstractBaseUser) -> QuerySet[Team]:
@@ -97,16 +120,16 @@ def reservations_visible_to(*, user: AbstractBaseUser) -> QuerySet[Reservation]:
 
 def usage_rows(
     *,
-    team: Team,
+    team_id: int,
     window_start: dt.datetime,
     window_end: dt.datetime,
     user_id: int | None = None,
     exclude_reservation_id: int | None = None,
 ) -> QuerySet:
     """The rows `usage_seconds` sums, as a `.values()` query (so the booking check can send it
-    with its other reads in one round trip: config.batch.fetch_together)."""
+    with its other reads in one round trip: config.batch.fetch_prepared)."""
     rows = Reservation.objects.filter(
-        team=team, status__in=Reservation.OCCUPYING, start__lt=window_end, end__gt=window_start
+        team_id=team_id, status__in=Reservation.OCCUPYING, start__lt=window_end, end__gt=window_start
     )
     if user_id is not None:
         rows = rows.filter(user_id=user_id)
@@ -140,7 +163,7 @@ def usage_seconds(
     """
     return usage_total(
         usage_rows(
-            team=team, window_start=window_start, window_end=window_end, user_id=user_id,
+            team_id=team.pk, window_start=window_start, window_end=window_end, user_id=user_id,
             exclude_reservation_id=exclude_reservation_id,
         )
     )
@@ -282,15 +305,31 @@ def _backfill_rows(*, windows: dict[int, tuple[dt.datetime, dt.datetime]], now: 
 
 @dataclasses.dataclass(frozen=True)
 class QuotaQuery:
-    """The reads behind some teams' quota positions, not yet sent: `querysets` go to the
-    database (alone, or with a caller's other reads in one round trip) and `positions` turns
-    their rows into QuotaPositions. `quota_positions` is the way to use it; the booking check
-    sends these with its overlap and maintenance reads while it holds the booking lock."""
+    """The reads behind some teams' quota positions in the given month `windows`, not yet
+    sent: `querysets()` go to the database (alone, or with a caller's other reads in one
+    round trip) and `positions` turns their rows into QuotaPositions. `quota_positions` is
+    the way to use it; the booking check sends these with its overlap and maintenance reads
+    while it holds the booking lock."""
 
     teams: tuple[Team, ...]
     windows: dict[int, tuple[dt.datetime, dt.datetime]]
     now: dt.datetime
-    querysets: tuple[QuerySet, ...]
+    exclude_reservation_id: int | None = None
+
+    def querysets(self) -> list[QuerySet]:
+        """One read per distinct window among the teams (one, unless their zones differ),
+        then the backfill runs; `positions` takes their rows in this order."""
+        windows = self.windows
+        querysets = [
+            _booked_rows(
+                team_ids=[team_id for team_id, team_window in windows.items() if team_window == window],
+                window_start=window[0], window_end=window[1], now=self.now,
+                exclude_reservation_id=self.exclude_reservation_id,
+            )
+            for window in sorted(set(windows.values()))
+        ]
+        querysets.append(_backfill_rows(windows=windows, now=self.now))
+        return querysets
 
     def positions(self, results: list[list[dict]]) -> dict[int, QuotaPosition]:
         *booked_results, backfill_rows = results
@@ -340,15 +379,7 @@ def quota_query(
     if not teams:
         return None
     windows = {team.pk: month_window(team=team, at=at or now, year=year, month=month) for team in teams}
-    querysets = [
-        _booked_rows(
-            team_ids=[team_id for team_id, team_window in windows.items() if team_window == window],
-            window_start=window[0], window_end=window[1], now=now, exclude_reservation_id=exclude_reservation_id,
-        )
-        for window in sorted(set(windows.values()))
-    ]
-    querysets.append(_backfill_rows(windows=windows, now=now))
-    return QuotaQuery(teams=teams, windows=windows, now=now, querysets=tuple(querysets))
+    return QuotaQuery(teams=teams, windows=windows, now=now, exclude_reservation_id=exclude_reservation_id)
 
 
 def quota_positions(
@@ -369,7 +400,7 @@ def quota_positions(
                         exclude_reservation_id=exclude_reservation_id)
     if query is None:
         return {}
-    return query.positions(fetch_together(*query.querysets))
+    return query.positions(fetch_together(*query.querysets()))
 
 
 def team_quota_position(
@@ -440,47 +471,63 @@ def booking_reads(
     end: dt.datetime,
     now: dt.datetime,
     exclude_reservation_id: int | None,
-    also: Iterable[QuerySet] = (),
+    also: Callable[..., Iterable[QuerySet]] | None = None,
 ) -> BookingReads:
     """Read, in one round trip: whether maintenance or another booking is in the way, the
-    quota position (`quota_query`, the one quota rule) of every month [start, end) touches,
-    the booker's use of each day it touches when the team caps it, and the caller's `also`
-    (`.values()` querysets). `team` is the row read under the booking lock."""
-    gpu_ids = list(gpu_ids)
-    also = list(also)
+    quota position (`QuotaQuery`, the one quota rule) of every month [start, end) touches,
+    the booker's use of each day it touches when the team caps it, and what the caller's
+    `also(user_id=, team_id=)` asks (`.values()` querysets). `team` is the row read under the
+    booking lock. Sent with `fetch_prepared`: on every booking, so its statement is built
+    once per shape (how many GPUs, months and capped days; a reschedule or not)."""
     tz = team.tzinfo
-    quota_queries = [
-        quota_query(teams=[team], now=now, at=month_start, exclude_reservation_id=exclude_reservation_id)
-        for month_start, _ in timegrid.split_by_period(start, end, tz)
-    ]
+    months = [month_window(team=team, at=month_start) for month_start, _ in timegrid.split_by_period(start, end, tz)]
     days = []
     if team.user_daily_cap_gpu_hours is not None:
         days = list(timegrid.split_by_period(
             start, end, tz, period_start=timegrid.day_start, next_period_start=timegrid.next_day_start
         ))
-    results = fetch_together(
-        _maintenance(node_id=node_id, gpu_ids=gpu_ids, start=start, end=end).values("id")[:1],
-        _conflicts(gpu_ids=gpu_ids, start=start, end=end, exclude_reservation_id=exclude_reservation_id)
-        .values("id")[:1],
-        *(queryset for query in quota_queries for queryset in query.querysets),
-        *(
-            usage_rows(team=team, window_start=day_start, window_end=day_end, user_id=user_id,
-                       exclude_reservation_id=exclude_reservation_id)
-            for day_start, day_end in days
-        ),
-        *also,
-    )
-    maintenance_rows, conflict_rows, *rest = results
-    months = []
-    for query in quota_queries:
-        count = len(query.querysets)
-        months.append(query.positions(rest[:count])[team.pk])
-        rest = rest[count:]
+    gpu_ids = sorted(set(gpu_ids))
+    values = {
+        "team": team.pk, "user": user_id, "node": node_id, "gpus": gpu_ids, "start": start, "end": end, "now": now,
+        "exclude": exclude_reservation_id,
+        **{f"month{number}_{edge}": moment for number, window in enumerate(months)
+           for edge, moment in zip(("start", "end"), window, strict=True)},
+        **{f"day{number}_{edge}": moment for number, window in enumerate(days)
+           for edge, moment in zip(("start", "end"), window, strict=True)},
+    }
+
+    def month_query(values: dict, number: int) -> QuotaQuery:
+        window = values[f"month{number}_start"], values[f"month{number}_end"]
+        return QuotaQuery(teams=(team,), windows={values["team"]: window}, now=values["now"],
+                          exclude_reservation_id=values["exclude"])
+
+    def build(values: dict) -> list[QuerySet]:  # every value from `values`: see fetch_prepared
+        gpus, first, last = values["gpus"], values["start"], values["end"]
+        return [
+            _maintenance(node_id=values["node"], gpu_ids=gpus, start=first, end=last).values("id")[:1],
+            _conflicts(gpu_ids=gpus, start=first, end=last, exclude_reservation_id=values["exclude"]).values("id")[:1],
+            *(queryset for number in range(len(months)) for queryset in month_query(values, number).querysets()),
+            *(
+                usage_rows(team_id=values["team"], window_start=values[f"day{number}_start"],
+                           window_end=values[f"day{number}_end"], user_id=values["user"],
+                           exclude_reservation_id=values["exclude"])
+                for number in range(len(days))
+            ),
+            *(also(user_id=values["user"], team_id=values["team"]) if also else ()),
+        ]
+
+    key = ("booking_reads", len(gpu_ids), len(months), len(days), exclude_reservation_id is None, also)
+    maintenance_rows, conflict_rows, *rest = fetch_prepared(key=key, build=build, values=values)
+    positions = []
+    for number in range(len(months)):
+        # One team, so two reads a month (QuotaQuery.querysets): its bookings, its backfill runs.
+        positions.append(month_query(values, number).positions(rest[:2])[team.pk])
+        rest = rest[2:]
     day_rows, also_rows = rest[: len(days)], rest[len(days):]
     return BookingReads(
         in_maintenance=bool(maintenance_rows),
         in_the_way=bool(conflict_rows),
-        months=months,
+        months=positions,
         days=[(start_, end_, usage_total(rows)) for (start_, end_), rows in zip(days, day_rows, strict=True)],
         also=also_rows,
     )

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, OperationalError, connection, transaction
 
-from config.batch import instance_from_json
+from config.batch import insert, instance_from_json
 from config.errors import Conflict, DomainError, ErrorCode, NotFound, NotPermitted
 from gpus.metrics import count_booking_conflict
 from gpus.models import Gpu
@@ -57,7 +57,7 @@ def _audit(
     before: dict | None,
     after: dict | None,
 ) -> None:
-    AuditEntry.objects.create(
+    insert([AuditEntry(
         actor=actor if actor is not None and actor.is_authenticated else None,
         at=at,
         action=action,
@@ -65,7 +65,7 @@ def _audit(
         team_id=reservation.team_id,
         before=before,
         after=after,
-    )
+    )])
 
 
 def _lock_booking(*, user_id: int, team_id: int, gpu_ids: Sequence[int]) -> Team | None:
@@ -252,7 +252,7 @@ def _check_booking(
     end: dt.datetime,
     now: dt.datetime,
     exclude_reservation_id: int | None,
-    also=(),
+    also=None,
 ) -> tuple[selectors.QuotaPosition, list[list[dict]]]:
     """Under the booking locks (`team` is the row read there): read (one round trip) and
     check. Returns the quota position of the month the booking starts in and the rows of
@@ -360,6 +360,12 @@ def _resolve_gpus(gpus: list[Gpu], gpu_ids: Sequence[int]) -> list[Gpu]:
     return gpus
 
 
+def _booker_targets(*, user_id: int, team_id: int):
+    """Who a notice to the booker goes to (`notices.delivery_targets_query`), read with the
+    booking check (`selectors.booking_reads`' `also`)."""
+    return notices.delivery_targets_query(recipients=[user_id], team_id=team_id)
+
+
 def _remember_booked(reservation: Reservation, rows: list[ReservationGpu]) -> None:
     """Put the rows just written where `reservation.booked.all()` finds them (as
     prefetch_related would), so the audit snapshot, the notice and the API's answer do not
@@ -399,9 +405,9 @@ def reservation_create(
         position_before, targets = _check_booking(
             team=locked_team, user=user, booker_id=user.pk, node_id=node.pk, gpu_ids=ids, start=start, end=end,
             now=now, exclude_reservation_id=None,
-            also=notices.delivery_targets_query(recipients=[user.pk], team_id=team.pk) if confirmed else (),
+            also=_booker_targets if confirmed else None,
         )
-        reservation = Reservation.objects.create(
+        reservation = Reservation(
             user=user,
             team=locked_team,
             node=node,
@@ -413,9 +419,10 @@ def reservation_create(
             created_at=now,
             updated_at=now,
         )
+        insert([reservation])
         rows = [ReservationGpu(reservation=reservation, gpu=gpu, start=start, end=end) for gpu in gpus]
         _under_constraint(
-            lambda: ReservationGpu.objects.bulk_create(rows),
+            lambda: insert(rows),
             user=user,
             gpu_ids=ids,
             start=start,

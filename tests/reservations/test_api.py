@@ -6,10 +6,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from reservations.models import Reservation
-from tests.support import client_for
+from reservations.serializers import ReservationCreateSerializer, ReservationSerializer, booking_input
+from tests.support import book, client_for
 
 H = dt.timedelta(hours=1)
 
@@ -36,6 +38,42 @@ def assert_error(response, status: int, code: str) -> dict:
     body = response.json()
     assert body["code"] == code and isinstance(body["detail"], str) and body["detail"]
     return body
+
+
+PLAIN = {"gpus": [3, 1], "team": 2, "start": "2031-01-06T09:00:00+01:00", "end": " 2031-01-06T10:00:00Z "}
+BOOKING_INPUTS = [  # (payload, whether booking_input parses it itself)
+    (PLAIN, True),
+    (PLAIN | {"gpus": []}, True),
+    (PLAIN | {"gpus": list(range(1, 65))}, True),
+    (PLAIN | {"unknown": "ignored"}, True),
+    (PLAIN | {"team": 2**63 - 1}, True),
+    (PLAIN | {"note": "  a note "}, False),
+    (PLAIN | {"gpus": list(range(1, 66))}, False),
+    (PLAIN | {"gpus": [1.0]}, False),
+    (PLAIN | {"gpus": ["1"]}, False),
+    (PLAIN | {"gpus": [True]}, False),
+    (PLAIN | {"gpus": [0]}, False),
+    (PLAIN | {"gpus": 1}, False),
+    (PLAIN | {"team": 2**63}, False),
+    (PLAIN | {"team": "2"}, False),
+    (PLAIN | {"team": None}, False),
+    (PLAIN | {"start": "2031-01-06T09:00:00"}, False),
+    (PLAIN | {"end": 5}, False),
+    ({k: v for k, v in PLAIN.items() if k != "end"}, False),
+    ([PLAIN], False),
+]
+
+
+@pytest.mark.parametrize(("payload", "parsed_lean"), BOOKING_INPUTS)
+def test_the_lean_booking_parse_gives_what_the_serializer_gives(payload, parsed_lean):
+    # booking_input parses the plain booking itself (issue #19) and leaves the rest to
+    # ReservationCreateSerializer, so every refusal keeps the serializer's answer.
+    lean = booking_input(payload)
+    assert (lean is not None) == parsed_lean
+    if lean is not None:
+        serializer = ReservationCreateSerializer(data=payload)
+        assert serializer.is_valid(), serializer.errors
+        assert lean == dict(serializer.validated_data)
 
 
 @pytest.mark.django_db
@@ -89,6 +127,17 @@ class TestReservationsApi:
         response = create(api["owner"], inventory["a"][:1], start, start + H, people["vision"])
         assert response.status_code == 201
         assert response.json()["start"] == iso(future_day + 9 * H)
+
+    def test_the_answer_is_what_the_declared_fields_render(self, api, people, inventory, future_day):
+        # ReservationSerializer builds its answer by hand (issue #19); the fields it declares
+        # give the schema, so the two must not drift apart.
+        made = book(people["owner"], people["vision"], inventory["a"][1:3], future_day + 9 * H, note="über ✓")
+        reservation = Reservation.objects.get(pk=made.pk)
+        reservation.release_reason = "released early"
+        for shown in (made, reservation):
+            serializer = ReservationSerializer(shown)
+            assert serializer.data == serializers.Serializer.to_representation(serializer, shown)
+        assert ReservationSerializer(made).data == ReservationSerializer(reservation).data | {"release_reason": ""}
 
     def test_conflict_lists_the_collision(self, api, people, inventory, future_day):
         create(api["owner"], inventory["a"][:1], future_day + 9 * H, future_day + 11 * H, people["vision"])
