@@ -1,26 +1,32 @@
-"""Indexes built once per plan: the GPU topology and the live reservations per GPU.
+"""Indexes built once per plan: the GPU topology, the runs by GPU and the live reservations
+per GPU.
 
 These turn the snapshot's flat tuples into dictionaries so that every policy step is a
 lookup instead of a scan. No module state: a caller that plans many times over the same
 (immutable) tuples, like the simulator, may hand plan an `IndexCache` it owns, which reuses
-the topology of the same `gpus` tuple and the reservation index of the same `reservations`
-tuple while it stays exact. Reservations cannot overlap
-on a GPU (the database guarantees it), so per GPU one reservation can be in progress and
-the rest lie ahead: "the one now" and "the next start" say all plan needs.
+the topology of the same `gpus` tuple, the runs view of the same `runs` tuple and the
+reservation index of the same `reservations` tuple while it stays exact. Reservations cannot
+overlap on a GPU (the database guarantees it), so per GPU one reservation can be in progress
+and the rest lie ahead: "the one now" and "the next start" say all plan needs.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from scheduler.instants import INFINITY, to_seconds
+from scheduler.queue_order import QueueMemo
 from scheduler.snapshot import (
     LIVE_RESERVATION_STATUSES,
     Gpu,
     GpuState,
     Id,
     Reservation,
+    Run,
 )
+
+_RUN_ID = operator.attrgetter("id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,33 @@ def topology_of(gpus: tuple[Gpu, ...]) -> Topology:
         ),
     )
     return topology
+
+
+@dataclass(frozen=True, slots=True)
+class RunsView:
+    """The runs by id, and what they hold. A plan copies `occupied` and `running_jobs`
+    before it adds its own starts to them; the rest it only reads."""
+
+    runs: list[Run]
+    # Reservation → its (lowest-id) run.
+    runs_by_reservation: dict[Id, Run]
+    # GPU → the (lowest-id) run holding it.
+    occupied: dict[Id, Id]
+    running_jobs: frozenset[Id]
+
+
+def runs_view_of(runs: tuple[Run, ...]) -> RunsView:
+    ordered: list[Run] = sorted(runs, key=_RUN_ID)
+    runs_by_reservation: dict[Id, Run] = {}
+    occupied: dict[Id, Id] = {}
+    for run in ordered:
+        if run.reservation_id is not None:
+            runs_by_reservation.setdefault(run.reservation_id, run)
+        for gpu_id in run.gpu_ids:
+            occupied.setdefault(gpu_id, run.id)
+    return RunsView(
+        ordered, runs_by_reservation, occupied, frozenset(run.job_id for run in ordered)
+    )
 
 
 @dataclass(slots=True)
@@ -167,12 +200,15 @@ class IndexCache:
     """Memo of the indexes across plans, owned by the caller that passes it to plan.
 
     Keyed on the identity of the snapshot's tuples, so the owner must build a new tuple
-    whenever the GPUs or reservations change (the simulator does). Results are exactly what
+    whenever the GPUs, reservations or runs change (the simulator does). Results are exactly what
     `topology_of` and `ReservationIndex.build` would return; callers must not mutate them.
     """
 
     _topology: tuple[tuple[Gpu, ...], Topology] | None = None
+    _runs: tuple[tuple[Run, ...], RunsView] | None = None
     _index: tuple[tuple[Reservation, ...], float, ReservationIndex] | None = None
+    # The queue's per-user streams (queue_order), kept across plans by job identity.
+    queue: QueueMemo = field(default_factory=QueueMemo)
 
     def topology(self, gpus: tuple[Gpu, ...]) -> Topology:
         cached = self._topology
@@ -181,6 +217,14 @@ class IndexCache:
         topology = topology_of(gpus)
         self._topology = (gpus, topology)
         return topology
+
+    def runs_view(self, runs: tuple[Run, ...]) -> RunsView:
+        cached = self._runs
+        if cached is not None and cached[0] is runs:
+            return cached[1]
+        view = runs_view_of(runs)
+        self._runs = (runs, view)
+        return view
 
     def reservation_index(
         self, reservations: tuple[Reservation, ...], now_s: float

@@ -23,6 +23,9 @@ earlier jobs and its own lane, so within one (team, user, class, lane) stream th
 decrease (later jobs carry more entry penalty and less aging). The order is therefore a
 k-way merge of the streams: only the head of each stream is keyed, and only as many jobs as
 backfill consumes are produced. The result is exactly the full sort, for a fraction of the work.
+Each user's jobs in submit order, with the entry penalty ahead of each (`user_streams`), do
+not depend on the plan's idle GPUs: a caller that plans many times (the simulator) keeps
+them in a `QueueMemo` and rebuilds only the users whose jobs came or went.
 """
 
 from __future__ import annotations
@@ -57,6 +60,111 @@ PROTECT_ONLY = 1
 
 OrderKey = tuple
 
+# A queued job as the order keys it: (entry penalty of the same user's earlier queued jobs,
+# submit time in seconds, id, the job, its size lane if it is a candidate).
+Entry = tuple[float, float, Id, QueuedJob, int]
+
+
+def user_streams(
+    queued_jobs: Iterable[QueuedJob], policy: Policy
+) -> dict[tuple[Id, Id], list[Entry]]:
+    """Each (team, user)'s queued jobs in submit order as entries; users in the order a pass
+    over the whole queue in submit order meets them."""
+    by_user: dict[tuple[Id, Id], list[QueuedJob]] = {}
+    for job in sorted(queued_jobs, key=_SUBMIT_ORDER):
+        members = by_user.get((job.team, job.user))
+        if members is None:
+            by_user[(job.team, job.user)] = [job]
+        else:
+            members.append(job)
+    return {user_key: _entries(jobs, policy) for user_key, jobs in by_user.items()}
+
+
+def _entries(jobs: list[QueuedJob], policy: Policy) -> list[Entry]:
+    """The entries of one user's jobs, given in submit order. Each job's entry penalty is the
+    sum over the jobs before it, added in that order from 0, so a memo that rebuilds one
+    user's entries gets the very floats a pass over the whole queue gets."""
+    entry_penalty = policy.entry_penalty
+    default_estimate_s = policy.default_estimate_s
+    lane_weight = policy.size_lane_weight
+    lane_base_s = policy.size_lane_base_gpu_s
+    ahead = 0.0
+    entries = []
+    for job in jobs:
+        job_gpu_s = job.gpus_needed * (job.estimated_duration_s or default_estimate_s)
+        lane = 0
+        if lane_weight and job_gpu_s > lane_base_s:
+            # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
+            mantissa, exponent = frexp(job_gpu_s / lane_base_s)
+            lane = exponent - 1 if mantissa == 0.5 else exponent
+        submitted = job.submitted_at
+        entries.append((
+            ahead,
+            submitted if submitted.__class__ is float else to_seconds(submitted),
+            job.id,
+            job,
+            lane,
+        ))
+        ahead = ahead + job_gpu_s * entry_penalty
+    return entries
+
+
+class QueueMemo:
+    """`user_streams` kept across plans by a caller that plans many times over a queue that
+    changes by a few jobs at a time (the simulator, through `IndexCache`): only the users
+    whose jobs came or went are rebuilt. Jobs are told apart by identity (the caller keeps
+    an unchanged job as the same object); the result is exactly `user_streams`'s and must
+    not be mutated."""
+
+    __slots__ = ("_jobs", "_ordered", "_policy", "_streams", "_user_jobs")
+
+    def __init__(self) -> None:
+        self._policy: Policy | None = None
+        self._jobs: dict[int, QueuedJob] = {}
+        self._user_jobs: dict[tuple[Id, Id], dict[int, QueuedJob]] = {}
+        self._streams: dict[tuple[Id, Id], list[Entry]] = {}
+        self._ordered: dict[tuple[Id, Id], list[Entry]] = {}
+
+    def streams(
+        self, queued_jobs: tuple[QueuedJob, ...], policy: Policy
+    ) -> dict[tuple[Id, Id], list[Entry]]:
+        if policy is not self._policy:
+            self.__init__()
+            self._policy = policy
+        # Holding the jobs keeps their ids from being reused while they are keys here.
+        current = dict(zip(map(id, queued_jobs), queued_jobs, strict=True))
+        previous = self._jobs
+        changed = current.keys() ^ previous.keys()
+        if not changed:
+            return self._ordered
+        dirty = set()
+        for identity in changed:
+            job = current.get(identity)
+            arrived = job is not None
+            if not arrived:
+                job = previous[identity]
+            user_key = (job.team, job.user)
+            members = self._user_jobs.setdefault(user_key, {})
+            if arrived:
+                members[identity] = job
+            else:
+                del members[identity]
+            dirty.add(user_key)
+        for user_key in dirty:
+            members = self._user_jobs[user_key]
+            if members:
+                self._streams[user_key] = _entries(
+                    sorted(members.values(), key=_SUBMIT_ORDER), policy
+                )
+            else:
+                del self._user_jobs[user_key]
+                del self._streams[user_key]
+        self._jobs = current
+        self._ordered = dict(
+            sorted(self._streams.items(), key=lambda item: _SUBMIT_ORDER(item[1][0][3]))
+        )
+        return self._ordered
+
 
 def order_queue(
     *,
@@ -67,73 +175,59 @@ def order_queue(
     classify: Callable[[QueuedJob], int | None],
     now_s: float,
     policy: Policy,
+    memo: QueueMemo | None = None,
 ) -> tuple[Ordered, Ordered]:
     """Two lazy orders, best first, of (key, job): the jobs `classify` calls CANDIDATE and
     those it calls PROTECT_ONLY (None: left out). Keys of both compare with each other, as
-    they come from one rule. `fair_share` is called only when needed (FIFO never pays)."""
-    # Sorting on the attributes themselves runs in C (datetimes and floats both order
-    # correctly); a plan touches every queued job here, so this is the hot loop.
-    by_submit = sorted(queued_jobs, key=_SUBMIT_ORDER)
+    they come from one rule. `fair_share` is called only when needed (FIFO never pays).
+    `memo`: a `QueueMemo` the caller owns; it never changes the result."""
     if policy.queue_order == QueueOrder.FIFO:
+        # Sorting on the attributes themselves runs in C (datetimes and floats both order
+        # correctly).
+        by_submit = sorted(queued_jobs, key=_SUBMIT_ORDER)
         return (
             _Fifo(by_submit, classify, CANDIDATE),
             _Fifo(by_submit, classify, PROTECT_ONLY),
         )
 
     demoted_urgent = _urgent_over_limit(queued_jobs, runs, policy)
-    # Streams of (entry penalty so far, submitted_s, id, job), one per (team, user, class),
-    # separately for candidates and protect-only jobs.
+    users = (
+        user_streams(queued_jobs, policy) if memo is None else memo.streams(queued_jobs, policy)
+    )
+    # Streams of entries, one per (team, user, class, lane), separately for candidates and
+    # protect-only jobs; each in submit order, so its keys never decrease.
     streams: tuple[dict, dict] = ({}, {})
-    ahead_by_user: dict[tuple[Id, Id], float] = {}
-    ahead_of = ahead_by_user.get
-    entry_penalty = policy.entry_penalty
-    default_estimate_s = policy.default_estimate_s
     class_rank = CLASS_RANK
-    lane_weight = policy.size_lane_weight
-    lane_base_s = policy.size_lane_base_gpu_s
-    for job, kind in zip(by_submit, map(classify, by_submit), strict=True):
-        team = job.team
-        user = job.user
-        user_key = (team, user)
-        ahead = ahead_of(user_key, 0.0)
-        job_gpu_s = job.gpus_needed * (job.estimated_duration_s or default_estimate_s)
-        ahead_by_user[user_key] = ahead + job_gpu_s * entry_penalty
-        if kind is None:
-            continue
-        rank = class_rank[job.priority]
-        if rank == 0 and job.id in demoted_urgent:
-            rank = HIGH_RANK
-        lane = 0
-        # Lanes order the jobs that can start now; the job to hold GPUs for (EASY) is
-        # chosen without them, or wide jobs, last in every lane, would never be held for.
-        if lane_weight and kind == CANDIDATE and job_gpu_s > lane_base_s:
-            # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
-            mantissa, exponent = frexp(job_gpu_s / lane_base_s)
-            lane = exponent - 1 if mantissa == 0.5 else exponent
-        submitted = job.submitted_at
-        entry = (
-            ahead,
-            submitted if submitted.__class__ is float else to_seconds(submitted),
-            job.id,
-            job,
-        )
-        stream = streams[kind].get((team, user, rank, lane))
-        if stream is None:
-            streams[kind][(team, user, rank, lane)] = [entry]
-        else:
-            stream.append(entry)
+    for (team, user), entries in users.items():
+        for entry in entries:
+            job = entry[3]
+            kind = classify(job)
+            if kind is None:
+                continue
+            rank = class_rank[job.priority]
+            if rank == 0 and job.id in demoted_urgent:
+                rank = HIGH_RANK
+            # Lanes order the jobs that can start now; the job to hold GPUs for (EASY) is
+            # chosen without them, or wide jobs, last in every lane, would never be held for.
+            lane = entry[4] if kind == CANDIDATE else 0
+            stream = streams[kind].get((team, user, rank, lane))
+            if stream is None:
+                streams[kind][(team, user, rank, lane)] = [entry]
+            else:
+                stream.append(entry)
     if not streams[CANDIDATE] and not streams[PROTECT_ONLY]:
         return _Fifo([], classify, CANDIDATE), _Fifo([], classify, PROTECT_ONLY)
 
-    shares = fair_share(ahead_by_user.keys())
+    shares = fair_share(users.keys())
+    lane_weight = policy.size_lane_weight
     promotion_s = policy.class_promotion_after_s
     aging_per_s = policy.aging_per_hour / HOUR_S
 
     def key_of(
-        base_rank: int, lane: int, entry: tuple[float, float, Id, QueuedJob],
+        base_rank: int, lane: int, entry: Entry,
         standing: Callable[[Id], QuotaStanding] = quota.standing,
     ) -> OrderKey:
-        ahead, submitted_s, job_id, job = entry
+        ahead, submitted_s, job_id, job, _ = entry
         waited_s = max(now_s - submitted_s, 0.0)
         rank = base_rank
         if rank > HIGH_RANK and promotion_s > 0:
@@ -145,7 +239,7 @@ def order_queue(
         )
         return (rank, score, submitted_s, job_id)
 
-    teams = {team for team, _ in ahead_by_user}
+    teams = {team for team, _ in users}
     return (
         _Merging(streams[CANDIDATE], key_of, quota, teams),
         _Merging(streams[PROTECT_ONLY], key_of, quota, teams),
@@ -203,7 +297,7 @@ class _Merging(Ordered):
 
     def __init__(
         self,
-        streams: dict[tuple[Id, Id, int, int], list[tuple[float, float, Id, QueuedJob]]],
+        streams: dict[tuple[Id, Id, int, int], list[Entry]],
         key_of: Callable[..., OrderKey],
         quota: QuotaBook,
         teams: set[Id],
