@@ -33,13 +33,14 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Callable, Iterable, Iterator
+from itertools import accumulate
 from math import frexp
 
 from scheduler.fair_share import FairShare
 from scheduler.instants import to_seconds
 from scheduler.policy import HOUR_S, Policy, QueueOrder
 from scheduler.quota import QuotaBook, QuotaStanding
-from scheduler.snapshot import Id, Priority, QueuedJob, Run
+from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run
 
 _SUBMIT_ORDER = operator.attrgetter("submitted_at", "id")
 PRIORITY_OF = operator.attrgetter("priority")
@@ -66,63 +67,55 @@ Entry = tuple[float, float, Id, QueuedJob, int]
 
 
 def user_streams(
-    queued_jobs: Iterable[QueuedJob], policy: Policy
+    queued_jobs: tuple[QueuedJob, ...], policy: Policy
 ) -> dict[tuple[Id, Id], list[Entry]]:
     """Each (team, user)'s queued jobs in submit order as entries; users in the order a pass
     over the whole queue in submit order meets them."""
-    by_user: dict[tuple[Id, Id], list[QueuedJob]] = {}
-    for job in sorted(queued_jobs, key=_SUBMIT_ORDER):
-        members = by_user.get((job.team, job.user))
-        if members is None:
-            by_user[(job.team, job.user)] = [job]
-        else:
-            members.append(job)
-    return {user_key: _entries(jobs, policy) for user_key, jobs in by_user.items()}
+    return QueueMemo().streams(queued_jobs, policy)
 
 
-def _entries(jobs: list[QueuedJob], policy: Policy) -> list[Entry]:
-    """The entries of one user's jobs, given in submit order. Each job's entry penalty is the
-    sum over the jobs before it, added in that order from 0, so a memo that rebuilds one
-    user's entries gets the very floats a pass over the whole queue gets."""
-    entry_penalty = policy.entry_penalty
-    default_estimate_s = policy.default_estimate_s
-    lane_weight = policy.size_lane_weight
-    lane_base_s = policy.size_lane_base_gpu_s
-    ahead = 0.0
-    entries = []
-    for job in jobs:
-        job_gpu_s = job.gpus_needed * (job.estimated_duration_s or default_estimate_s)
-        lane = 0
-        if lane_weight and job_gpu_s > lane_base_s:
-            # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
-            mantissa, exponent = frexp(job_gpu_s / lane_base_s)
-            lane = exponent - 1 if mantissa == 0.5 else exponent
-        submitted = job.submitted_at
-        entries.append((
-            ahead,
-            submitted if submitted.__class__ is float else to_seconds(submitted),
-            job.id,
-            job,
-            lane,
-        ))
-        ahead = ahead + job_gpu_s * entry_penalty
-    return entries
+# What a job contributes to its user's stream, worked out once per job: its submit order,
+# the rest of its entry, and the entry penalty it adds for the user's later jobs.
+_Facts = tuple[Instant, Id, float, QueuedJob, int, float]
+_SUBMIT_ORDER_OF_FACTS = operator.itemgetter(0, 1)
+
+
+def _facts(job: QueuedJob, policy: Policy) -> _Facts:
+    job_gpu_s = job.gpus_needed * (job.estimated_duration_s or policy.default_estimate_s)
+    lane = 0
+    base_s = policy.size_lane_base_gpu_s
+    if policy.size_lane_weight and job_gpu_s > base_s:
+        # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
+        mantissa, exponent = frexp(job_gpu_s / base_s)
+        lane = exponent - 1 if mantissa == 0.5 else exponent
+    submitted = job.submitted_at
+    return (
+        submitted,
+        job.id,
+        submitted if submitted.__class__ is float else to_seconds(submitted),
+        job,
+        lane,
+        job_gpu_s * policy.entry_penalty,
+    )
 
 
 class QueueMemo:
     """`user_streams` kept across plans by a caller that plans many times over a queue that
     changes by a few jobs at a time (the simulator, through `IndexCache`): only the users
-    whose jobs came or went are rebuilt. Jobs are told apart by identity (the caller keeps
-    an unchanged job as the same object); the result is exactly `user_streams`'s and must
-    not be mutated."""
+    whose jobs came or went are rebuilt, from facts worked out once per job, by C loops
+    (sort, zip, running sum). Jobs are told apart by identity (the caller keeps an unchanged
+    job as the same object); the result must not be mutated."""
 
-    __slots__ = ("_jobs", "_ordered", "_policy", "_streams", "_user_jobs")
+    __slots__ = ("_facts", "_first", "_ordered", "_policy", "_streams", "_user_jobs")
 
     def __init__(self) -> None:
         self._policy: Policy | None = None
-        self._jobs: dict[int, QueuedJob] = {}
-        self._user_jobs: dict[tuple[Id, Id], dict[int, QueuedJob]] = {}
+        # id(job) → its facts; holding the job keeps its id from being reused meanwhile.
+        self._facts: dict[int, _Facts] = {}
+        self._user_jobs: dict[tuple[Id, Id], set[int]] = {}
         self._streams: dict[tuple[Id, Id], list[Entry]] = {}
+        # User → the submit order of their first job (users are listed in that order).
+        self._first: dict[tuple[Id, Id], tuple[Instant, Id]] = {}
         self._ordered: dict[tuple[Id, Id], list[Entry]] = {}
 
     def streams(
@@ -131,38 +124,38 @@ class QueueMemo:
         if policy is not self._policy:
             self.__init__()
             self._policy = policy
-        # Holding the jobs keeps their ids from being reused while they are keys here.
         current = dict(zip(map(id, queued_jobs), queued_jobs, strict=True))
-        previous = self._jobs
-        changed = current.keys() ^ previous.keys()
+        facts = self._facts
+        changed = current.keys() ^ facts.keys()
         if not changed:
             return self._ordered
         dirty = set()
         for identity in changed:
             job = current.get(identity)
-            arrived = job is not None
-            if not arrived:
-                job = previous[identity]
-            user_key = (job.team, job.user)
-            members = self._user_jobs.setdefault(user_key, {})
-            if arrived:
-                members[identity] = job
+            if job is None:
+                job = facts.pop(identity)[3]
+                self._user_jobs[(job.team, job.user)].discard(identity)
             else:
-                del members[identity]
-            dirty.add(user_key)
+                facts[identity] = _facts(job, policy)
+                self._user_jobs.setdefault((job.team, job.user), set()).add(identity)
+            dirty.add((job.team, job.user))
         for user_key in dirty:
             members = self._user_jobs[user_key]
-            if members:
-                self._streams[user_key] = _entries(
-                    sorted(members.values(), key=_SUBMIT_ORDER), policy
-                )
-            else:
-                del self._user_jobs[user_key]
-                del self._streams[user_key]
-        self._jobs = current
-        self._ordered = dict(
-            sorted(self._streams.items(), key=lambda item: _SUBMIT_ORDER(item[1][0][3]))
-        )
+            if not members:
+                del self._user_jobs[user_key], self._streams[user_key], self._first[user_key]
+                continue
+            ordered = sorted(map(facts.__getitem__, members), key=_SUBMIT_ORDER_OF_FACTS)
+            _, ids, seconds, jobs, lanes, penalties = zip(*ordered, strict=True)
+            # Each job's entry penalty: the sum of its predecessors', added in submit order
+            # from 0 (the running sum yields one value more than there are jobs).
+            self._streams[user_key] = list(
+                zip(accumulate(penalties, initial=0.0), seconds, ids, jobs, lanes, strict=False)
+            )
+            self._first[user_key] = _SUBMIT_ORDER_OF_FACTS(ordered[0])
+        self._ordered = {
+            user_key: self._streams[user_key]
+            for user_key in sorted(self._streams, key=self._first.__getitem__)
+        }
         return self._ordered
 
 
