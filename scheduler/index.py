@@ -157,6 +157,36 @@ class ReservationIndex:
         index.earliest_jobless_future_start_s = earliest_jobless
         return index
 
+    def with_future(self, reservation: Reservation, now_s: float) -> ReservationIndex | None:
+        """A copy that also holds `reservation`, as `build` would with it appended to the
+        reservations, if it has not begun by `now_s` (None otherwise: not handled here)."""
+        if reservation.status not in LIVE_RESERVATION_STATUSES:
+            return self
+        start, end = reservation.start, reservation.end
+        start_s = start if start.__class__ is float else to_seconds(start)
+        end_s = end if end.__class__ is float else to_seconds(end)
+        if start_s <= now_s or end_s <= now_s:
+            return None
+        by_id = dict(self.by_id)
+        by_id[reservation.id] = LiveReservation(reservation, start_s, end_s)
+        next_start = dict(self.next_start_on_gpu)
+        for gpu_id in reservation.gpu_ids:
+            if start_s < next_start.get(gpu_id, INFINITY):
+                next_start[gpu_id] = start_s
+        return ReservationIndex(
+            in_progress=self.in_progress,
+            by_id=by_id,
+            in_progress_on_gpu=self.in_progress_on_gpu,
+            next_start_on_gpu=next_start,
+            earliest_future_start_s=min(self.earliest_future_start_s, start_s),
+            earliest_end_s=min(self.earliest_end_s, end_s),
+            earliest_jobless_future_start_s=(
+                self.earliest_jobless_future_start_s
+                if reservation.job_id is not None
+                else min(self.earliest_jobless_future_start_s, start_s)
+            ),
+        )
+
     def without_in_progress(self, reservation_ids: set[Id]) -> ReservationIndex:
         """A copy that forgets released reservations: their GPUs are free for the rest of
         the plan. A copy, because an index may be shared through an `IndexCache`."""
@@ -200,8 +230,9 @@ class IndexCache:
     """Memo of the indexes across plans, owned by the caller that passes it to plan.
 
     Keyed on the identity of the snapshot's tuples, so the owner must build a new tuple
-    whenever the GPUs, reservations or runs change (the simulator does). Results are exactly what
-    `topology_of` and `ReservationIndex.build` would return; callers must not mutate them.
+    whenever the GPUs, reservations or runs change (the simulator does). Results are exactly
+    what `topology_of`, `runs_view_of` and `ReservationIndex.build` would return; callers must
+    not mutate them.
     """
 
     _topology: tuple[tuple[Gpu, ...], Topology] | None = None
@@ -230,12 +261,22 @@ class IndexCache:
         self, reservations: tuple[Reservation, ...], now_s: float
     ) -> ReservationIndex:
         """The index of the same tuple stays exact while no reservation starts or ends,
-        i.e. from the time it was built until the earliest future start or end."""
+        i.e. from the time it was built until the earliest future start or end. A tuple that
+        is the cached one with one booking appended (a booking made, the simulator's most
+        frequent change) extends the cached index when that booking has not begun."""
         cached = self._index
-        if cached is not None and cached[0] is reservations:
-            built_at_s, index = cached[1], cached[2]
+        if cached is not None:
+            previous, built_at_s, index = cached
             if built_at_s <= now_s < min(index.earliest_future_start_s, index.earliest_end_s):
-                return index
+                if previous is reservations:
+                    return index
+                if len(reservations) == len(previous) + 1 and all(
+                    map(operator.is_, previous, reservations)
+                ):
+                    extended = index.with_future(reservations[-1], now_s)
+                    if extended is not None:
+                        self._index = (reservations, built_at_s, extended)
+                        return extended
         index = ReservationIndex.build(reservations, now_s)
         self._index = (reservations, now_s, index)
         return index
