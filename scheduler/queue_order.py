@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import accumulate
 from math import frexp
 
@@ -66,9 +67,19 @@ OrderKey = tuple
 Entry = tuple[float, float, Id, QueuedJob, int]
 
 
+@dataclass(frozen=True, slots=True)
+class UserStream:
+    """One user's queued jobs in submit order."""
+
+    entries: list[Entry]
+    jobs: tuple[QueuedJob, ...]
+    # The class rank (before urgent limits) all of them share; None when they differ.
+    rank: int | None
+
+
 def user_streams(
     queued_jobs: tuple[QueuedJob, ...], policy: Policy
-) -> dict[tuple[Id, Id], list[Entry]]:
+) -> dict[tuple[Id, Id], UserStream]:
     """Each (team, user)'s queued jobs in submit order as entries; users in the order a pass
     over the whole queue in submit order meets them."""
     return QueueMemo().streams(queued_jobs, policy)
@@ -113,14 +124,14 @@ class QueueMemo:
         # id(job) → its facts; holding the job keeps its id from being reused meanwhile.
         self._facts: dict[int, _Facts] = {}
         self._user_jobs: dict[tuple[Id, Id], set[int]] = {}
-        self._streams: dict[tuple[Id, Id], list[Entry]] = {}
+        self._streams: dict[tuple[Id, Id], UserStream] = {}
         # User → the submit order of their first job (users are listed in that order).
         self._first: dict[tuple[Id, Id], tuple[Instant, Id]] = {}
-        self._ordered: dict[tuple[Id, Id], list[Entry]] = {}
+        self._ordered: dict[tuple[Id, Id], UserStream] = {}
 
     def streams(
         self, queued_jobs: tuple[QueuedJob, ...], policy: Policy
-    ) -> dict[tuple[Id, Id], list[Entry]]:
+    ) -> dict[tuple[Id, Id], UserStream]:
         if policy is not self._policy:
             self.__init__()
             self._policy = policy
@@ -148,8 +159,13 @@ class QueueMemo:
             _, ids, seconds, jobs, lanes, penalties = zip(*ordered, strict=True)
             # Each job's entry penalty: the sum of its predecessors', added in submit order
             # from 0 (the running sum yields one value more than there are jobs).
-            self._streams[user_key] = list(
-                zip(accumulate(penalties, initial=0.0), seconds, ids, jobs, lanes, strict=False)
+            ranks = set(map(CLASS_RANK.__getitem__, map(PRIORITY_OF, jobs)))
+            self._streams[user_key] = UserStream(
+                entries=list(
+                    zip(accumulate(penalties, initial=0.0), seconds, ids, jobs, lanes, strict=False)
+                ),
+                jobs=jobs,
+                rank=ranks.pop() if len(ranks) == 1 else None,
             )
             self._first[user_key] = _SUBMIT_ORDER_OF_FACTS(ordered[0])
         self._ordered = {
@@ -191,10 +207,19 @@ def order_queue(
     # protect-only jobs; each in submit order, so its keys never decrease.
     streams: tuple[dict, dict] = ({}, {})
     class_rank = CLASS_RANK
-    for (team, user), entries in users.items():
-        for entry in entries:
+    for (team, user), user_stream in users.items():
+        kinds = list(map(classify, user_stream.jobs))
+        shared_rank = user_stream.rank
+        if shared_rank is not None and (shared_rank != 0 or not demoted_urgent):
+            # All of one class: when all are protect-only (or left out), the user's stream
+            # is the memo's list as it is, with no pass over its jobs.
+            if kinds.count(PROTECT_ONLY) == len(kinds):
+                streams[PROTECT_ONLY][(team, user, shared_rank, 0)] = user_stream.entries
+                continue
+            if kinds.count(None) == len(kinds):
+                continue
+        for entry, kind in zip(user_stream.entries, kinds, strict=True):
             job = entry[3]
-            kind = classify(job)
             if kind is None:
                 continue
             rank = class_rank[job.priority]

@@ -261,7 +261,7 @@ def test_queue_memo_across_plans_equals_a_fresh_pass(queues):
         queued = tuple(pool[number] for number in dict.fromkeys(numbers))
         remembered = memo.streams(queued, policy)
         assert remembered == user_streams(queued, policy)
-        plain = {user: [(entry[0], entry[2]) for entry in entries]
-                 for user, entries in remembered.items()}
+        plain = {user: [(entry[0], entry[2]) for entry in stream.entries]
+                 for user, stream in remembered.items()}
         assert plain == _reference_streams(queued, policy)
         assert list(plain) == list(_reference_streams(queued, policy))
