@@ -42,7 +42,7 @@ from scheduler.fair_share import FairShare
 from scheduler.index import ReservationIndex, Topology
 from scheduler.instants import INFINITY, optional_seconds
 from scheduler.policy import Policy
-from scheduler.queue_order import CANDIDATE, PROTECT_ONLY, QueueMemo, order_queue
+from scheduler.queue_order import CANDIDATE, PROTECT_ONLY, order_queue
 from scheduler.quota import QuotaBook
 from scheduler.snapshot import Id, Instant, QueuedJob, Run, RunKind
 
@@ -206,7 +206,6 @@ def start_queued_jobs(
     now_s: float,
     policy: Policy,
     to_instant: Callable[[float], Instant],
-    queue_memo: QueueMemo | None = None,
 ) -> list[Start]:
     if not queued_jobs:
         return []
@@ -287,7 +286,6 @@ def start_queued_jobs(
         classify=classify,
         now_s=now_s,
         policy=policy,
-        memo=queue_memo,
     )
     placer = _Placer(
         idle=idle,

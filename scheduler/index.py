@@ -16,7 +16,6 @@ import operator
 from dataclasses import dataclass, field
 
 from scheduler.instants import INFINITY, to_seconds
-from scheduler.queue_order import QueueMemo
 from scheduler.snapshot import (
     LIVE_RESERVATION_STATUSES,
     Gpu,
@@ -238,8 +237,6 @@ class IndexCache:
     _topology: tuple[tuple[Gpu, ...], Topology] | None = None
     _runs: tuple[tuple[Run, ...], RunsView] | None = None
     _index: tuple[tuple[Reservation, ...], float, ReservationIndex] | None = None
-    # The queue's per-user streams (queue_order), kept across plans by job identity.
-    queue: QueueMemo = field(default_factory=QueueMemo)
 
     def topology(self, gpus: tuple[Gpu, ...]) -> Topology:
         cached = self._topology

@@ -139,7 +139,6 @@ def plan_detailed(
         now_s=now_s,
         policy=policy,
         to_instant=to_instant,
-        queue_memo=None if cache is None else cache.queue,
     )
     preemption_stops = plan_priority_preemption(
         queued_jobs=snapshot.queued_jobs,

@@ -23,9 +23,6 @@ earlier jobs and its own lane, so within one (team, user, class, lane) stream th
 decrease (later jobs carry more entry penalty and less aging). The order is therefore a
 k-way merge of the streams: only the head of each stream is keyed, and only as many jobs as
 backfill consumes are produced. The result is exactly the full sort, for a fraction of the work.
-Each user's jobs in submit order, with the entry penalty ahead of each (`user_streams`), do
-not depend on the plan's idle GPUs: a caller that plans many times (the simulator) keeps
-them in a `QueueMemo` and rebuilds only the users whose jobs came or went.
 """
 
 from __future__ import annotations
@@ -33,15 +30,13 @@ from __future__ import annotations
 import heapq
 import operator
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from itertools import accumulate
 from math import frexp
 
 from scheduler.fair_share import FairShare
 from scheduler.instants import to_seconds
 from scheduler.policy import HOUR_S, Policy, QueueOrder
 from scheduler.quota import QuotaBook, QuotaStanding
-from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run
+from scheduler.snapshot import Id, Priority, QueuedJob, Run
 
 _SUBMIT_ORDER = operator.attrgetter("submitted_at", "id")
 PRIORITY_OF = operator.attrgetter("priority")
@@ -62,118 +57,6 @@ PROTECT_ONLY = 1
 
 OrderKey = tuple
 
-# A queued job as the order keys it: (entry penalty of the same user's earlier queued jobs,
-# submit time in seconds, id, the job, its size lane if it is a candidate).
-Entry = tuple[float, float, Id, QueuedJob, int]
-
-
-@dataclass(frozen=True, slots=True)
-class UserStream:
-    """One user's queued jobs in submit order."""
-
-    entries: list[Entry]
-    jobs: tuple[QueuedJob, ...]
-    # The class rank (before urgent limits) all of them share; None when they differ.
-    rank: int | None
-
-
-def user_streams(
-    queued_jobs: tuple[QueuedJob, ...], policy: Policy
-) -> dict[tuple[Id, Id], UserStream]:
-    """Each (team, user)'s queued jobs in submit order as entries; users in the order a pass
-    over the whole queue in submit order meets them."""
-    return QueueMemo().streams(queued_jobs, policy)
-
-
-# What a job contributes to its user's stream, worked out once per job: its submit order,
-# the rest of its entry, and the entry penalty it adds for the user's later jobs.
-_Facts = tuple[Instant, Id, float, QueuedJob, int, float]
-_SUBMIT_ORDER_OF_FACTS = operator.itemgetter(0, 1)
-
-
-def _facts(job: QueuedJob, policy: Policy) -> _Facts:
-    job_gpu_s = job.gpus_needed * (job.estimated_duration_s or policy.default_estimate_s)
-    lane = 0
-    base_s = policy.size_lane_base_gpu_s
-    if policy.size_lane_weight and job_gpu_s > base_s:
-        # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
-        mantissa, exponent = frexp(job_gpu_s / base_s)
-        lane = exponent - 1 if mantissa == 0.5 else exponent
-    submitted = job.submitted_at
-    return (
-        submitted,
-        job.id,
-        submitted if submitted.__class__ is float else to_seconds(submitted),
-        job,
-        lane,
-        job_gpu_s * policy.entry_penalty,
-    )
-
-
-class QueueMemo:
-    """`user_streams` kept across plans by a caller that plans many times over a queue that
-    changes by a few jobs at a time (the simulator, through `IndexCache`): only the users
-    whose jobs came or went are rebuilt, from facts worked out once per job, by C loops
-    (sort, zip, running sum). Jobs are told apart by identity (the caller keeps an unchanged
-    job as the same object); the result must not be mutated."""
-
-    __slots__ = ("_facts", "_first", "_ordered", "_policy", "_streams", "_user_jobs")
-
-    def __init__(self) -> None:
-        self._policy: Policy | None = None
-        # id(job) → its facts; holding the job keeps its id from being reused meanwhile.
-        self._facts: dict[int, _Facts] = {}
-        self._user_jobs: dict[tuple[Id, Id], set[int]] = {}
-        self._streams: dict[tuple[Id, Id], UserStream] = {}
-        # User → the submit order of their first job (users are listed in that order).
-        self._first: dict[tuple[Id, Id], tuple[Instant, Id]] = {}
-        self._ordered: dict[tuple[Id, Id], UserStream] = {}
-
-    def streams(
-        self, queued_jobs: tuple[QueuedJob, ...], policy: Policy
-    ) -> dict[tuple[Id, Id], UserStream]:
-        if policy is not self._policy:
-            self.__init__()
-            self._policy = policy
-        current = dict(zip(map(id, queued_jobs), queued_jobs, strict=True))
-        facts = self._facts
-        changed = current.keys() ^ facts.keys()
-        if not changed:
-            return self._ordered
-        dirty = set()
-        for identity in changed:
-            job = current.get(identity)
-            if job is None:
-                job = facts.pop(identity)[3]
-                self._user_jobs[(job.team, job.user)].discard(identity)
-            else:
-                facts[identity] = _facts(job, policy)
-                self._user_jobs.setdefault((job.team, job.user), set()).add(identity)
-            dirty.add((job.team, job.user))
-        for user_key in dirty:
-            members = self._user_jobs[user_key]
-            if not members:
-                del self._user_jobs[user_key], self._streams[user_key], self._first[user_key]
-                continue
-            ordered = sorted(map(facts.__getitem__, members), key=_SUBMIT_ORDER_OF_FACTS)
-            _, ids, seconds, jobs, lanes, penalties = zip(*ordered, strict=True)
-            # Each job's entry penalty: the sum of its predecessors', added in submit order
-            # from 0 (the running sum yields one value more than there are jobs).
-            ranks = set(map(CLASS_RANK.__getitem__, map(PRIORITY_OF, jobs)))
-            self._streams[user_key] = UserStream(
-                entries=list(
-                    zip(accumulate(penalties, initial=0.0), seconds, ids, jobs, lanes, strict=False)
-                ),
-                jobs=jobs,
-                rank=ranks.pop() if len(ranks) == 1 else None,
-            )
-            self._first[user_key] = _SUBMIT_ORDER_OF_FACTS(ordered[0])
-        self._ordered = {
-            user_key: self._streams[user_key]
-            for user_key in sorted(self._streams, key=self._first.__getitem__)
-        }
-        return self._ordered
-
 
 def order_queue(
     *,
@@ -184,68 +67,73 @@ def order_queue(
     classify: Callable[[QueuedJob], int | None],
     now_s: float,
     policy: Policy,
-    memo: QueueMemo | None = None,
 ) -> tuple[Ordered, Ordered]:
     """Two lazy orders, best first, of (key, job): the jobs `classify` calls CANDIDATE and
     those it calls PROTECT_ONLY (None: left out). Keys of both compare with each other, as
-    they come from one rule. `fair_share` is called only when needed (FIFO never pays).
-    `memo`: a `QueueMemo` the caller owns; it never changes the result."""
+    they come from one rule. `fair_share` is called only when needed (FIFO never pays)."""
+    # Sorting on the attributes themselves runs in C (datetimes and floats both order
+    # correctly); a plan touches every queued job here, so this is the hot loop.
+    by_submit = sorted(queued_jobs, key=_SUBMIT_ORDER)
     if policy.queue_order == QueueOrder.FIFO:
-        # Sorting on the attributes themselves runs in C (datetimes and floats both order
-        # correctly).
-        by_submit = sorted(queued_jobs, key=_SUBMIT_ORDER)
         return (
             _Fifo(by_submit, classify, CANDIDATE),
             _Fifo(by_submit, classify, PROTECT_ONLY),
         )
 
     demoted_urgent = _urgent_over_limit(queued_jobs, runs, policy)
-    users = (
-        user_streams(queued_jobs, policy) if memo is None else memo.streams(queued_jobs, policy)
-    )
-    # Streams of entries, one per (team, user, class, lane), separately for candidates and
-    # protect-only jobs; each in submit order, so its keys never decrease.
+    # Streams of (entry penalty so far, submitted_s, id, job), one per (team, user, class),
+    # separately for candidates and protect-only jobs.
     streams: tuple[dict, dict] = ({}, {})
+    ahead_by_user: dict[tuple[Id, Id], float] = {}
+    ahead_of = ahead_by_user.get
+    entry_penalty = policy.entry_penalty
+    default_estimate_s = policy.default_estimate_s
     class_rank = CLASS_RANK
-    for (team, user), user_stream in users.items():
-        kinds = list(map(classify, user_stream.jobs))
-        shared_rank = user_stream.rank
-        if shared_rank is not None and (shared_rank != 0 or not demoted_urgent):
-            # All of one class: when all are protect-only (or left out), the user's stream
-            # is the memo's list as it is, with no pass over its jobs.
-            if kinds.count(PROTECT_ONLY) == len(kinds):
-                streams[PROTECT_ONLY][(team, user, shared_rank, 0)] = user_stream.entries
-                continue
-            if kinds.count(None) == len(kinds):
-                continue
-        for entry, kind in zip(user_stream.entries, kinds, strict=True):
-            job = entry[3]
-            if kind is None:
-                continue
-            rank = class_rank[job.priority]
-            if rank == 0 and job.id in demoted_urgent:
-                rank = HIGH_RANK
-            # Lanes order the jobs that can start now; the job to hold GPUs for (EASY) is
-            # chosen without them, or wide jobs, last in every lane, would never be held for.
-            lane = entry[4] if kind == CANDIDATE else 0
-            stream = streams[kind].get((team, user, rank, lane))
-            if stream is None:
-                streams[kind][(team, user, rank, lane)] = [entry]
-            else:
-                stream.append(entry)
+    lane_weight = policy.size_lane_weight
+    lane_base_s = policy.size_lane_base_gpu_s
+    for job, kind in zip(by_submit, map(classify, by_submit), strict=True):
+        team = job.team
+        user = job.user
+        user_key = (team, user)
+        ahead = ahead_of(user_key, 0.0)
+        job_gpu_s = job.gpus_needed * (job.estimated_duration_s or default_estimate_s)
+        ahead_by_user[user_key] = ahead + job_gpu_s * entry_penalty
+        if kind is None:
+            continue
+        rank = class_rank[job.priority]
+        if rank == 0 and job.id in demoted_urgent:
+            rank = HIGH_RANK
+        lane = 0
+        # Lanes order the jobs that can start now; the job to hold GPUs for (EASY) is
+        # chosen without them, or wide jobs, last in every lane, would never be held for.
+        if lane_weight and kind == CANDIDATE and job_gpu_s > lane_base_s:
+            # The doubling class above the base: ceil(log2(ratio)), from frexp in C.
+            mantissa, exponent = frexp(job_gpu_s / lane_base_s)
+            lane = exponent - 1 if mantissa == 0.5 else exponent
+        submitted = job.submitted_at
+        entry = (
+            ahead,
+            submitted if submitted.__class__ is float else to_seconds(submitted),
+            job.id,
+            job,
+        )
+        stream = streams[kind].get((team, user, rank, lane))
+        if stream is None:
+            streams[kind][(team, user, rank, lane)] = [entry]
+        else:
+            stream.append(entry)
     if not streams[CANDIDATE] and not streams[PROTECT_ONLY]:
         return _Fifo([], classify, CANDIDATE), _Fifo([], classify, PROTECT_ONLY)
 
-    shares = fair_share(users.keys())
-    lane_weight = policy.size_lane_weight
+    shares = fair_share(ahead_by_user.keys())
     promotion_s = policy.class_promotion_after_s
     aging_per_s = policy.aging_per_hour / HOUR_S
 
     def key_of(
-        base_rank: int, lane: int, entry: Entry,
+        base_rank: int, lane: int, entry: tuple[float, float, Id, QueuedJob],
         standing: Callable[[Id], QuotaStanding] = quota.standing,
     ) -> OrderKey:
-        ahead, submitted_s, job_id, job, _ = entry
+        ahead, submitted_s, job_id, job = entry
         waited_s = max(now_s - submitted_s, 0.0)
         rank = base_rank
         if rank > HIGH_RANK and promotion_s > 0:
@@ -257,7 +145,7 @@ def order_queue(
         )
         return (rank, score, submitted_s, job_id)
 
-    teams = {team for team, _ in users}
+    teams = {team for team, _ in ahead_by_user}
     return (
         _Merging(streams[CANDIDATE], key_of, quota, teams),
         _Merging(streams[PROTECT_ONLY], key_of, quota, teams),
@@ -315,7 +203,7 @@ class _Merging(Ordered):
 
     def __init__(
         self,
-        streams: dict[tuple[Id, Id, int, int], list[Entry]],
+        streams: dict[tuple[Id, Id, int, int], list[tuple[float, float, Id, QueuedJob]]],
         key_of: Callable[..., OrderKey],
         quota: QuotaBook,
         teams: set[Id],

@@ -14,9 +14,7 @@ from scheduler.queue_order import (
     CLASS_RANK,
     HIGH_RANK,
     OVER_QUOTA_RANK,
-    QueueMemo,
     order_queue,
-    user_streams,
 )
 from scheduler.quota import QuotaBook, QuotaStanding
 from tests.scheduler.builders import job, run
@@ -229,39 +227,3 @@ def test_lazy_merge_equals_full_sort(jobs, usage_hours):
     assert ordered_ids(jobs, usage=usage, now=now, policy=policy) == reference_order(
         jobs, usage=usage, now=now, policy=policy
     )
-
-
-def _reference_streams(jobs, policy):
-    """Each user's jobs in submit order with the entry penalty of the jobs before them,
-    summed plainly; users in the order of their first job."""
-    streams = {}
-    for queued in sorted(jobs, key=lambda queued: (queued.submitted_at, queued.id)):
-        stream = streams.setdefault((queued.team, queued.user), [])
-        ahead = stream[-1][0] + stream[-1][1] if stream else 0.0
-        gpu_s = queued.gpus_needed * (queued.estimated_duration_s or policy.default_estimate_s)
-        stream.append((ahead, gpu_s * policy.entry_penalty, queued.id))
-    return {user: [(ahead, job_id) for ahead, _, job_id in stream]
-            for user, stream in streams.items()}
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 29), max_size=30), min_size=1, max_size=8))
-def test_queue_memo_across_plans_equals_a_fresh_pass(queues):
-    """A memo fed queue after queue (jobs coming and going between plans) gives each time
-    the streams of a fresh pass, whose entry penalties are the plain sums."""
-    policy = Policy()
-    pool = [
-        job(number, 1 + number % 4, submitted_at=NOW - (number * 7) % 13,
-            team=f"team{number % 2}", user=f"user{number % 3}",
-            estimate_s=None if number % 5 == 0 else 60.0 * (1 + number % 9))
-        for number in range(30)
-    ]
-    memo = QueueMemo()
-    for numbers in queues:
-        queued = tuple(pool[number] for number in dict.fromkeys(numbers))
-        remembered = memo.streams(queued, policy)
-        assert remembered == user_streams(queued, policy)
-        plain = {user: [(entry[0], entry[2]) for entry in stream.entries]
-                 for user, stream in remembered.items()}
-        assert plain == _reference_streams(queued, policy)
-        assert list(plain) == list(_reference_streams(queued, policy))
