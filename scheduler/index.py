@@ -13,6 +13,7 @@ and the rest lie ahead: "the one now" and "the next start" say all plan needs.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.instants import INFINITY, to_seconds
@@ -224,6 +225,11 @@ class ReservationIndex:
         return earliest
 
 
+def _same_or_built(cached: tuple | None, key: tuple, build: Callable) -> tuple:
+    """`cached`, a (key, value) pair, if its key is `key` itself; else `key` and its build."""
+    return cached if cached is not None and cached[0] is key else (key, build(key))
+
+
 @dataclass(slots=True)
 class IndexCache:
     """Memo of the indexes across plans, owned by the caller that passes it to plan.
@@ -239,20 +245,12 @@ class IndexCache:
     _index: tuple[tuple[Reservation, ...], float, ReservationIndex] | None = None
 
     def topology(self, gpus: tuple[Gpu, ...]) -> Topology:
-        cached = self._topology
-        if cached is not None and cached[0] is gpus:
-            return cached[1]
-        topology = topology_of(gpus)
-        self._topology = (gpus, topology)
-        return topology
+        self._topology = _same_or_built(self._topology, gpus, topology_of)
+        return self._topology[1]
 
     def runs_view(self, runs: tuple[Run, ...]) -> RunsView:
-        cached = self._runs
-        if cached is not None and cached[0] is runs:
-            return cached[1]
-        view = runs_view_of(runs)
-        self._runs = (runs, view)
-        return view
+        self._runs = _same_or_built(self._runs, runs, runs_view_of)
+        return self._runs[1]
 
     def reservation_index(
         self, reservations: tuple[Reservation, ...], now_s: float
