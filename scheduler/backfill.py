@@ -74,6 +74,8 @@ class _IdleGpus:
         for node, gpus in by_node.items():  # node order, so each bucket starts sorted
             self.buckets.setdefault(len(gpus), []).append(node)
         self.max_on_a_node = max(self.buckets, default=0)
+        # whole_nodes(), kept until a take: every multi-node job tried asks for it.
+        self._whole_nodes: list[Id] | None = None
 
     def nodes_with_at_least(self, needed: int) -> Iterator[tuple[Id, list[IdleGpu]]]:
         """Nodes with `needed` or more idle GPUs: fewest idle first, then node order."""
@@ -95,6 +97,7 @@ class _IdleGpus:
         else:
             del self.by_node[node]
         self.max_on_a_node = max(self.buckets, default=0)
+        self._whole_nodes = None
 
     def longest_gap_end_by_size(self) -> list[float]:
         """For k GPUs on one node: the latest "next reservation" any node can offer on k
@@ -107,9 +110,11 @@ class _IdleGpus:
         return best
 
     def whole_nodes(self) -> list[Id]:
-        return [
-            node for node, gpus in self.by_node.items() if len(gpus) == self.node_sizes[node]
-        ]
+        if self._whole_nodes is None:
+            self._whole_nodes = [
+                node for node, gpus in self.by_node.items() if len(gpus) == self.node_sizes[node]
+            ]
+        return self._whole_nodes
 
 
 def _idle_gpus(

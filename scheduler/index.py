@@ -1,16 +1,19 @@
-"""Indexes built once per plan: the GPU topology and the live reservations per GPU.
+"""Indexes built once per plan: the GPU topology, the runs by GPU and the live reservations
+per GPU.
 
 These turn the snapshot's flat tuples into dictionaries so that every policy step is a
 lookup instead of a scan. No module state: a caller that plans many times over the same
 (immutable) tuples, like the simulator, may hand plan an `IndexCache` it owns, which reuses
-the topology of the same `gpus` tuple and the reservation index of the same `reservations`
-tuple while it stays exact. Reservations cannot overlap
-on a GPU (the database guarantees it), so per GPU one reservation can be in progress and
-the rest lie ahead: "the one now" and "the next start" say all plan needs.
+the topology of the same `gpus` tuple, the runs view of the same `runs` tuple and the
+reservation index of the same `reservations` tuple while it stays exact. Reservations cannot
+overlap on a GPU (the database guarantees it), so per GPU one reservation can be in progress
+and the rest lie ahead: "the one now" and "the next start" say all plan needs.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.instants import INFINITY, to_seconds
@@ -20,7 +23,10 @@ from scheduler.snapshot import (
     GpuState,
     Id,
     Reservation,
+    Run,
 )
+
+_RUN_ID = operator.attrgetter("id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,33 @@ def topology_of(gpus: tuple[Gpu, ...]) -> Topology:
         ),
     )
     return topology
+
+
+@dataclass(frozen=True, slots=True)
+class RunsView:
+    """The runs by id, and what they hold. A plan copies `occupied` and `running_jobs`
+    before it adds its own starts to them; the rest it only reads."""
+
+    runs: list[Run]
+    # Reservation → its (lowest-id) run.
+    runs_by_reservation: dict[Id, Run]
+    # GPU → the (lowest-id) run holding it.
+    occupied: dict[Id, Id]
+    running_jobs: frozenset[Id]
+
+
+def runs_view_of(runs: tuple[Run, ...]) -> RunsView:
+    ordered: list[Run] = sorted(runs, key=_RUN_ID)
+    runs_by_reservation: dict[Id, Run] = {}
+    occupied: dict[Id, Id] = {}
+    for run in ordered:
+        if run.reservation_id is not None:
+            runs_by_reservation.setdefault(run.reservation_id, run)
+        for gpu_id in run.gpu_ids:
+            occupied.setdefault(gpu_id, run.id)
+    return RunsView(
+        ordered, runs_by_reservation, occupied, frozenset(run.job_id for run in ordered)
+    )
 
 
 @dataclass(slots=True)
@@ -124,6 +157,36 @@ class ReservationIndex:
         index.earliest_jobless_future_start_s = earliest_jobless
         return index
 
+    def with_future(self, reservation: Reservation, now_s: float) -> ReservationIndex | None:
+        """A copy that also holds `reservation`, as `build` would with it appended to the
+        reservations, if it has not begun by `now_s` (None otherwise: not handled here)."""
+        if reservation.status not in LIVE_RESERVATION_STATUSES:
+            return self
+        start, end = reservation.start, reservation.end
+        start_s = start if start.__class__ is float else to_seconds(start)
+        end_s = end if end.__class__ is float else to_seconds(end)
+        if start_s <= now_s or end_s <= now_s:
+            return None
+        by_id = dict(self.by_id)
+        by_id[reservation.id] = LiveReservation(reservation, start_s, end_s)
+        next_start = dict(self.next_start_on_gpu)
+        for gpu_id in reservation.gpu_ids:
+            if start_s < next_start.get(gpu_id, INFINITY):
+                next_start[gpu_id] = start_s
+        return ReservationIndex(
+            in_progress=self.in_progress,
+            by_id=by_id,
+            in_progress_on_gpu=self.in_progress_on_gpu,
+            next_start_on_gpu=next_start,
+            earliest_future_start_s=min(self.earliest_future_start_s, start_s),
+            earliest_end_s=min(self.earliest_end_s, end_s),
+            earliest_jobless_future_start_s=(
+                self.earliest_jobless_future_start_s
+                if reservation.job_id is not None
+                else min(self.earliest_jobless_future_start_s, start_s)
+            ),
+        )
+
     def without_in_progress(self, reservation_ids: set[Id]) -> ReservationIndex:
         """A copy that forgets released reservations: their GPUs are free for the rest of
         the plan. A copy, because an index may be shared through an `IndexCache`."""
@@ -162,36 +225,53 @@ class ReservationIndex:
         return earliest
 
 
+def _same_or_built(cached: tuple | None, key: tuple, build: Callable) -> tuple:
+    """`cached`, a (key, value) pair, if its key is `key` itself; else `key` and its build."""
+    return cached if cached is not None and cached[0] is key else (key, build(key))
+
+
 @dataclass(slots=True)
 class IndexCache:
     """Memo of the indexes across plans, owned by the caller that passes it to plan.
 
     Keyed on the identity of the snapshot's tuples, so the owner must build a new tuple
-    whenever the GPUs or reservations change (the simulator does). Results are exactly what
-    `topology_of` and `ReservationIndex.build` would return; callers must not mutate them.
+    whenever the GPUs, reservations or runs change (the simulator does). Results are exactly
+    what `topology_of`, `runs_view_of` and `ReservationIndex.build` would return; callers must
+    not mutate them.
     """
 
     _topology: tuple[tuple[Gpu, ...], Topology] | None = None
+    _runs: tuple[tuple[Run, ...], RunsView] | None = None
     _index: tuple[tuple[Reservation, ...], float, ReservationIndex] | None = None
 
     def topology(self, gpus: tuple[Gpu, ...]) -> Topology:
-        cached = self._topology
-        if cached is not None and cached[0] is gpus:
-            return cached[1]
-        topology = topology_of(gpus)
-        self._topology = (gpus, topology)
-        return topology
+        self._topology = _same_or_built(self._topology, gpus, topology_of)
+        return self._topology[1]
+
+    def runs_view(self, runs: tuple[Run, ...]) -> RunsView:
+        self._runs = _same_or_built(self._runs, runs, runs_view_of)
+        return self._runs[1]
 
     def reservation_index(
         self, reservations: tuple[Reservation, ...], now_s: float
     ) -> ReservationIndex:
         """The index of the same tuple stays exact while no reservation starts or ends,
-        i.e. from the time it was built until the earliest future start or end."""
+        i.e. from the time it was built until the earliest future start or end. A tuple that
+        is the cached one with one booking appended (a booking made, the simulator's most
+        frequent change) extends the cached index when that booking has not begun."""
         cached = self._index
-        if cached is not None and cached[0] is reservations:
-            built_at_s, index = cached[1], cached[2]
+        if cached is not None:
+            previous, built_at_s, index = cached
             if built_at_s <= now_s < min(index.earliest_future_start_s, index.earliest_end_s):
-                return index
+                if previous is reservations:
+                    return index
+                if len(reservations) == len(previous) + 1 and all(
+                    map(operator.is_, previous, reservations)
+                ):
+                    extended = index.with_future(reservations[-1], now_s)
+                    if extended is not None:
+                        self._index = (reservations, built_at_s, extended)
+                        return extended
         index = ReservationIndex.build(reservations, now_s)
         self._index = (reservations, now_s, index)
         return index

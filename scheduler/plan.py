@@ -26,14 +26,13 @@ simulator uses it as a timer event.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from scheduler.actions import Action
 from scheduler.backfill import start_queued_jobs
 from scheduler.fair_share import FairShare, compute_fair_share
-from scheduler.index import IndexCache, ReservationIndex, topology_of
+from scheduler.index import IndexCache, ReservationIndex, runs_view_of, topology_of
 from scheduler.instants import check_now, converter_like, to_seconds
 from scheduler.policy import DEFAULT_POLICY, Policy
 from scheduler.priority_preemption import plan_priority_preemption
@@ -41,9 +40,7 @@ from scheduler.quota import QuotaBook
 from scheduler.release import plan_releases
 from scheduler.reservations_first import start_reserved_runs
 from scheduler.slot_end import plan_stops
-from scheduler.snapshot import Id, Instant, Run, Snapshot
-
-_RUN_ID = operator.attrgetter("id")
+from scheduler.snapshot import Id, Instant, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +69,16 @@ def plan_detailed(
     if cache is None:
         topology = topology_of(snapshot.gpus)
         index = ReservationIndex.build(snapshot.reservations, now_s)
+        runs_view = runs_view_of(snapshot.runs)
     else:
         topology = cache.topology(snapshot.gpus)
         index = cache.reservation_index(snapshot.reservations, now_s)
-
-    runs: list[Run] = sorted(snapshot.runs, key=_RUN_ID)
-    runs_by_reservation: dict[Id, Run] = {}
-    occupied: dict[Id, Id] = {}
-    running_jobs: set[Id] = set()
-    for run in runs:
-        running_jobs.add(run.job_id)
-        if run.reservation_id is not None:
-            runs_by_reservation.setdefault(run.reservation_id, run)
-        for gpu_id in run.gpu_ids:
-            occupied.setdefault(gpu_id, run.id)
+        runs_view = cache.runs_view(snapshot.runs)
+    runs = runs_view.runs
+    runs_by_reservation = runs_view.runs_by_reservation
+    # The starts of this plan are added to these two.
+    occupied = dict(runs_view.occupied)
+    running_jobs = set(runs_view.running_jobs)
 
     wakeups: list[float] = []
     releases = plan_releases(index, runs_by_reservation, now_s, policy, wakeups)

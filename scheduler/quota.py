@@ -47,7 +47,9 @@ class QuotaBook:
             self._over_allowed[account.team] = account.over_quota_allowed
             if account.quota_remaining_gpu_s is not None:
                 self._remaining[account.team] = account.quota_remaining_gpu_s
-        for run in runs:
+        # Only teams with a quota are charged for their runs; a replay without quotas (the
+        # simulator's default) skips the pass over every run.
+        for run in runs if self._remaining else ():
             if run.kind != RunKind.BACKFILL or run.team not in self._remaining:
                 continue
             left_s = max(run_deadlines_s.get(run.id, INFINITY) - now_s, 0.0)

@@ -216,6 +216,8 @@ class Simulation:
         self._constant_teams: tuple[TeamAccount, ...] | None = None
         self.reservation_ends: list[tuple[float, int]] = []
         self._reservations_tuple: tuple[Reservation, ...] | None = None
+        # Kept while no run starts, ends or is asked to stop: plan memoises its runs view on it.
+        self._runs_tuple: tuple[Run, ...] | None = None
         # The simulator's own memo of plan's indexes (keyed on the tuples it keeps).
         self.index_cache = IndexCache()
 
@@ -465,11 +467,13 @@ class Simulation:
         if self._reservations_tuple is None:
             # Kept while unchanged: plan memoises its reservation index on this tuple.
             self._reservations_tuple = tuple(self.reservations.values())
+        if self._runs_tuple is None:
+            self._runs_tuple = tuple(live.run for live in self.runs.values())
         return Snapshot(
             gpus=self.gpus,
             reservations=self._reservations_tuple,
             queued_jobs=tuple(self.queue.values()),
-            runs=tuple(live.run for live in self.runs.values()),
+            runs=self._runs_tuple,
             usage=tuple(self.usage.values()),
             teams=teams,
         )
@@ -591,6 +595,7 @@ class Simulation:
         )
         live = _LiveRun(run, job, overhead_s, natural_end_s, natural_end_s, "completed")
         self.runs[run_id] = live
+        self._runs_tuple = None
         for gpu_id in action.gpu_ids:
             self.gpu_holder[gpu_id] = run_id
         if job.first_start_s is None:
@@ -604,6 +609,7 @@ class Simulation:
         if action.grace_s < self.policy.grace_s - EPSILON_S:
             raise InvariantViolation(f"stop with less than the grace period: {action} at {now_s}")
         live.run = replace(live.run, stop_requested_at=now_s)
+        self._runs_tuple = None
         if not live.job.checkpointable:
             self._end_run(live, now_s, "stopped_lost")
             return True
@@ -626,6 +632,7 @@ class Simulation:
         run = live.run
         job = live.job
         del self.runs[run.id]
+        self._runs_tuple = None
         for gpu_id in run.gpu_ids:
             del self.gpu_holder[gpu_id]
         if run.must_end_by is not None and now_s > run.must_end_by + EPSILON_S:
