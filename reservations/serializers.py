@@ -165,7 +165,8 @@ class TeamSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "name", "slug", "role", "usage"]
         # Bounds that keep the booking rules' date arithmetic inside year 9999.
         extra_kwargs = {"max_days_ahead": {"max_value": 36500}, "max_booking_hours": {"max_value": 24 * 36500},
-                        "min_notice_minutes": {"max_value": 60 * 24 * 3650}}
+                        "min_notice_minutes": {"max_value": 60 * 24 * 3650},
+                        "time_zone": {"help_text": "An IANA time zone name, e.g. Europe/Berlin."}}
 
     def get_role(self, team: Team) -> str | None:
         return self.context["roles"].get(team.pk, "admin" if self.context["is_admin"] else None)

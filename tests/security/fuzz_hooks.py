@@ -25,7 +25,9 @@ GPUs), so variety stays; the fourth goes as generated, so the refusals are still
   `occurrences`) and an IANA zone name (`series_create`); each occurrence is then booked under
   the rules above, its refusals reported in the series' `failed`.
 - POST /api/v1/waitlist/: a slot that is taken now, an upcoming booking's
-  (reservations/waitlist.py `waitlist_join`: a free slot is refused, 409 slot_free)."""
+  (reservations/waitlist.py `waitlist_join`: a free slot is refused, 409 slot_free).
+- PATCH /api/v1/teams/{id}/: an IANA zone name for `time_zone` (reservations/models.py
+  `validate_time_zone`; the schema says so in words)."""
 
 import datetime as dt
 import hashlib
@@ -151,6 +153,12 @@ def _wait(case, now: dt.datetime) -> None:
                      "end": taken["end"]}
 
 
+def _team_change(case, now: dt.datetime) -> None:
+    zone = case.body.get("time_zone")
+    if zone is not None and zone not in ZONES:
+        case.body = {**case.body, "time_zone": ZONES[_digest(zone) % len(ZONES)]}
+
+
 def _log_in(case, now: dt.datetime) -> None:
     case.body = {**case.body, **CREDENTIALS}
 
@@ -161,6 +169,7 @@ MOVES = {
     "PATCH /api/v1/reservations/{id}/": _change,
     "POST /api/v1/series/": _series,
     "POST /api/v1/waitlist/": _wait,
+    "PATCH /api/v1/teams/{id}/": _team_change,
 }
 
 
