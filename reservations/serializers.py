@@ -60,8 +60,13 @@ class GpuSerializer(serializers.ModelSerializer):
         fields = ["id", "node", "node_id", "index", "uuid", "model_name", "memory_mib", "state"]
 
 
+# The most GPUs one booking may name (the schema states it); booking_input checks the same bound.
+MAX_GPUS_PER_BOOKING = 64
+
+
 class ReservationCreateSerializer(serializers.Serializer):
-    gpus = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID), max_length=64)
+    gpus = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID),
+                                 max_length=MAX_GPUS_PER_BOOKING)
     start = AwareDateTimeField()
     end = AwareDateTimeField()
     team = serializers.IntegerField(min_value=1, max_value=MAX_ID)
@@ -86,7 +91,7 @@ def booking_input(data: object) -> dict | None:
     if not isinstance(data, dict) or "note" in data:
         return None
     gpus, team = data.get("gpus"), data.get("team")
-    if type(gpus) is not list or len(gpus) > 64 or type(team) is not int or not 1 <= team <= MAX_ID:
+    if type(gpus) is not list or len(gpus) > MAX_GPUS_PER_BOOKING or type(team) is not int or not 1 <= team <= MAX_ID:
         return None
     if any(type(gpu) is not int or not 1 <= gpu <= MAX_ID for gpu in gpus):
         return None
