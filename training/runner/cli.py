@@ -48,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     from training.runner.run import run
 
     code = run(spec, events, ddp_rank=options.ddp_rank)
-    return exitcodes.EXIT_FAILED if code is None else code
+    code = exitcodes.EXIT_FAILED if code is None else code
+    if options.ddp_rank is not None:
+        from training.runner.ddp import exit_worker
+
+        exit_worker(code, events)  # a worker's code must survive teardown (see ddp.py "Exit")
+    return code
 
 
 def spec_summary(spec: RunSpec) -> dict[str, Any]:

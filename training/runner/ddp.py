@@ -20,6 +20,14 @@ the process-group timeout. So at every batch end and epoch start the ranks all-r
 their stop flags and all leave at the same batch; rank 0 alone writes the resumable
 checkpoint (Ultralytics saves only on rank 0 too), and every rank exits 75.
 
+Exit: a worker ends with ``exit_worker`` (``os._exit``), not through interpreter teardown.
+Teardown destroys the process group's C++ objects while their background threads may still be
+joinable, and under CPU load a rank that had already written its checkpointed end was seen to
+abort there ("terminate called without an active exception", SIGABRT: code -6), which made a
+clean checkpoint count as a failed run. The ranks agreed to stop at the same batch, so no
+collective is pending when they leave, and there is nothing left for teardown to do that the
+run needs.
+
 Resume: the checkpoint remembers how many GPUs trained it; resuming on a different number
 changes the global batch and the learning-rate schedule, so it is refused in words unless the
 spec sets ``allow_gpu_count_change``.
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -39,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from training.runner.stop import GracefulStop, Preempted
 
@@ -91,6 +100,18 @@ def worker_commands(
         argv = (python, "-m", module, "--spec", str(spec_path), "--ddp-rank", str(rank), *argv_tail)
         commands.append(WorkerCommand(rank=rank, argv=argv, env=env))
     return commands
+
+
+def exit_worker(code: int, *streams: IO[str]) -> NoReturn:
+    """End this DDP worker with ``code`` now: flush what it wrote, then ``os._exit``.
+
+    Skips interpreter teardown on purpose (see "Exit" above): the exit code the launcher sees
+    must be the one the worker chose, not a crash in a destructor after the work was saved."""
+    for stream in (*streams, sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

@@ -95,7 +95,6 @@ def worker(spec: dict, rank: int | None) -> int:
     except Preempted:
         code = finish(EXIT_CHECKPOINTED, reason=stop.reason, start_epoch=start_epoch, saves=trainer.saves,
                       stopped_in_epoch=stop.stopped_in_epoch)
-    dist.destroy_process_group()
     return code
 
 
@@ -129,7 +128,7 @@ def main() -> int:
     spec = json.loads(options.spec.read_text())
     if options.launch:
         return launch(options.spec, spec)
-    return worker(spec, options.ddp_rank)
+    ddp.exit_worker(worker(spec, options.ddp_rank))  # as the runner's workers end (cli.main)
 
 
 if __name__ == "__main__":
