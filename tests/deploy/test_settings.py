@@ -140,3 +140,22 @@ def dt_hours(hours: int):
     import datetime as dt
 
     return dt.timedelta(hours=hours)
+
+
+def test_the_wsgi_module_boots_the_worker_before_its_first_request(tmp_path):
+    """config/wsgi.py (what gunicorn loads in each worker) imports every view and freezes what it
+    loaded: otherwise the first requests after a deploy import the URLconf, and full
+    collections rescan those objects (benchmarks/booking.py, #19)."""
+    probe = (
+        "import gc, sys\n"
+        "import config.wsgi\n"
+        "print('reservations.api' in sys.modules, gc.get_freeze_count() > 10000)\n"
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        **production_env(),
+        "DATABASE_URL": f"sqlite:///{tmp_path}/wsgi.sqlite3",
+        "GPUBOOK_VAR_DIR": str(tmp_path / "var"),
+    }
+    done = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True"], done.stderr
