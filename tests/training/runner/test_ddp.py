@@ -102,6 +102,29 @@ def test_a_worker_ends_with_its_own_code_and_what_it_wrote_skipping_teardown():
     assert "teardown ran" not in done.stderr
 
 
+def test_the_runner_ends_a_ddp_worker_through_exit_worker(tmp_path):
+    """cli.main, the real caller: a worker (``--ddp-rank``) that fails early (its output_dir
+    cannot be made) still ends through exit_worker: its code, and no interpreter teardown."""
+    data = tmp_path / "data.yaml"
+    data.write_text("path: /x\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"run_id": "7", "model": "yolov8n.yaml", "data": str(data), "epochs": 1,
+                                "imgsz": 64, "batch": 2, "device": [0, 1], "output_dir": str(blocker / "out")}))
+    script = (
+        "import atexit, sys\n"
+        "from training.runner.cli import main\n"
+        "atexit.register(lambda: print('teardown ran', file=sys.stderr, flush=True))\n"
+        f"main(['--spec', {str(spec)!r}, '--ddp-rank', '1'])\n"
+        "print('main returned', file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "cannot create output_dir" in done.stderr
+    assert "teardown ran" not in done.stderr and "main returned" not in done.stderr
+
+
 # --- the stand-in DDP training on gloo -----------------------------------------------------------
 
 standin_only = pytest.mark.training  # needs torch (requirements-training.txt)
