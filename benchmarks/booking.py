@@ -88,16 +88,15 @@ def start_server(port: int, *, workers: int, threads: int) -> subprocess.Popen:
         cwd=ROOT, env=env,
     )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # every worker forked and booted (their CPU is measured)
-        if server.poll() is not None:
-            break
-        booted = {int(name.name) for name in ready.iterdir()}
-        if len(server_pids(server)[0]) == workers and booted >= set(server_pids(server)[0]):
-            shutil.rmtree(ready)
-            return server
-        time.sleep(0.1)
+    try:
+        while time.monotonic() < deadline and server.poll() is None:
+            forked = set(server_pids(server)[0])  # every worker forked and booted (their CPU is measured)
+            if len(forked) == workers and forked <= {int(name.name) for name in ready.iterdir()}:
+                return server
+            time.sleep(0.1)
+    finally:
+        shutil.rmtree(ready)
     server.kill()
-    shutil.rmtree(ready)
     raise RuntimeError("gunicorn did not start")
 
 
