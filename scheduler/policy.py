@@ -115,7 +115,7 @@ class Policy:
     # held job could be placed when they free: a booking ahead must leave it the room
     # `place` asks (its estimate × the gap factor if it cannot checkpoint; no booking at all
     # if it has no estimate either); holding by the bare estimate kept nodes it could never
-    # use idle for it under bookings (#15 matrix: 4 → 5 of 18 rows meet every target; ITP
+    # use idle for it under bookings (#15 matrix, seeds 1-2: 4 → 5 of 18 rows meet all; ITP
     # 0.95 / 20 % mean wait 2,437 → 2,026 s). And a job wider than a node may take held
     # nodes if it ends before the hold, as a job on one node may (helios 0.95 / 35 %: mean
     # wait 49,189 → 44,397 s; no other row moved). False = the textbook hold on the bare

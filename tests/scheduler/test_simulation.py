@@ -188,3 +188,28 @@ def _one_booking_among_unfinishable_runs(*, wide_first: bool, booked_at_s: float
 def test_the_booking_service_stops_the_run_that_loses_least(wide_first, booked_at_s):
     lost = _one_booking_among_unfinishable_runs(wide_first=wide_first, booked_at_s=booked_at_s)
     assert len(lost) == 1 and lost[0] != 9
+
+
+def test_the_booking_service_keeps_clear_of_work_at_risk():
+    """Two 1-GPU nodes, both runs expected (from history) to end before the booked slot, so
+    clearing either costs nothing if the estimates hold. The run on node 0 cannot checkpoint
+    and is far longer than its estimate; the one on node 1 can. The booking must take node
+    1's GPU: a wrong estimate there costs a restart, on node 0 all the run's work (with
+    node order as the last word, as before #15's fourth round, node 0's run was lost)."""
+    from scheduler.sim.engine import Booking, SimJob
+
+    jobs = [
+        SimJob(1, "ann", "vision", 1, 0.0, 20_000.0, checkpointable=False, estimate_s=600.0),
+        SimJob(2, "bob", "vision", 1, 10.0, 20_000.0, checkpointable=True, estimate_s=1_500.0),
+        SimJob(3, "booker", "speech", 1, 5_400.0, 1_000.0, booking_id=1),
+    ]
+    booking = Booking(1, 3, (0,), 5_400.0, 7_200.0, 1_000.0, "speech", "booker")
+    config = SimulationConfig(gpus=make_gpus(2, 1), policy=policy_for("gpubook"),
+                              restart_overhead_s=60.0, run_aware_booking=True)
+    result = Simulation(config, jobs, [booking]).run()
+    runs = {job.id: [record for record in result.run_records if record.job_id == job.id]
+            for job in jobs}
+    assert runs[1][0].start_s == 0.0 and result.bookings[0].gpu_ids == (1,)
+    assert [record.how for record in runs[1]] == ["completed"]
+    assert runs[2][0].how == "checkpointed"
+    assert result.reserved_start_s[1] == 5_400.0
