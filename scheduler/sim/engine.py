@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from scheduler.actions import Action, Kill, Reason, Release, Start, Stop
+from scheduler.booking_placement import Occupant, choose_gpus
 from scheduler.estimate import estimate_from_recent, grown_estimate, size_class
 from scheduler.fair_share import decayed_gpu_seconds
 from scheduler.index import IndexCache
@@ -324,43 +325,22 @@ class Simulation:
         elif kind == _EventKind.WAKEUP:
             self.scheduled_wakeups.discard(now_s)
 
-    def _clearing_cost_s(
-        self, gpu_id: Id, start_s: float, now_s: float
-    ) -> tuple[float, float, int]:
-        """What clearing this GPU by `start_s` costs, as the booking service can tell now:
-        (GPU-seconds certainly lost, GPU-seconds at risk, the run that would lose them, 0
-        when none). Nothing for an idle GPU or a run expected to end by then; a restart for
-        a run that can checkpoint; all the work since its start for one that cannot. A run
-        that cannot checkpoint but is trusted to end in time loses nothing if its estimate
-        holds and all its work if it does not: that work is at risk (estimates err, and a
-        heavy tail of them by far: #15, a 26-minute estimate for a 41-hour run). A run loses
-        on all its GPUs, however few of them the booking takes (a 32-GPU run stopped for one
-        booked GPU loses 32 GPUs' work)."""
+    def _occupant(self, gpu_id: Id) -> Occupant | None:
+        """The run on this GPU as the booking service sees it: its estimate counts only when
+        it comes from history (a default says nothing)."""
         holder = self.gpu_holder.get(gpu_id)
         if holder is None:
-            return 0.0, 0.0, 0
+            return None
         live = self.runs[holder]
         run = live.run
-        if run.kind == RunKind.RESERVED:
-            return 0.0, 0.0, 0  # its slot ends before this booking (the calendar says so)
-        work_s = len(run.gpu_ids) * (max(start_s, now_s) - run.started_at)
-        expected_end = run.estimated_end
-        if expected_end is not None and live.job.estimate_s is not None:
-            # Trusted only when it comes from history (a default says nothing), and for a
-            # run that cannot checkpoint only with the policy's conservative margin, as
-            # backfill places such runs; an estimate the run has outlived says nothing.
-            if not live.job.checkpointable:
-                expected_end = run.started_at + self.policy.non_checkpointable_gap_factor * (
-                    expected_end - run.started_at
-                )
-            if expected_end > now_s and expected_end + self.policy.grace_s <= start_s:
-                if live.job.checkpointable:
-                    return 0.0, 0.0, 0
-                return 0.0, work_s, holder
-        if live.job.checkpointable:
-            restart_s = self.config.restart_overhead_s + CHECKPOINT_SAVE_S
-            return len(run.gpu_ids) * restart_s, 0.0, holder
-        return work_s, 0.0, holder
+        return Occupant(
+            run_id=holder,
+            gpus=len(run.gpu_ids),
+            started_at_s=run.started_at,
+            checkpointable=live.job.checkpointable,
+            expected_end_s=run.estimated_end if live.job.estimate_s is not None else None,
+            reserved=run.kind == RunKind.RESERVED,
+        )
 
     def _place_booking(self, booking: Booking, now_s: float) -> Booking | None:
         """Place the booking at its slot or, if earlier bookings took the room there, at the
@@ -394,29 +374,19 @@ class Simulation:
         self, needed: int, start_s: float, end_s: float, now_s: float
     ) -> tuple[Id, ...] | None:
         calendar = self.calendar
-        best: tuple | None = None
-        for node, gpu_ids in calendar.nodes.items():
-            free = calendar.free_on_node(gpu_ids, start_s, end_s)
-            if len(free) < needed:
-                continue
-            costs = sorted(
-                (lost_s, at_risk_s, run_id, position, gpu_id)
-                for position, gpu_id in enumerate(free)
-                for lost_s, at_risk_s, run_id in (self._clearing_cost_s(gpu_id, start_s, now_s),)
-            )[:needed]
-            # Each run stopped counts once, however many of its GPUs are taken.
-            lost = {run_id: lost_s for lost_s, _, run_id, _, _ in costs}
-            at_risk = {run_id: at_risk_s for _, at_risk_s, run_id, _, _ in costs}
-            # Certain loss first, then the fullest node (keeps whole nodes free), then the
-            # work at risk: among nodes equally cheap and full, the one whose runs cannot
-            # lose their work if an estimate is wrong (#15 matrix, seeds 1-4: 7 → 4 of 48
-            # booked cells lose over 1 % of capacity; risk before fullness lost more).
-            key = (sum(lost.values()), len(free), sum(at_risk.values()), node)
-            if best is None or key < best[0]:
-                best = (key, tuple(sorted(gpu_id for *_, gpu_id in costs)))
-                if key[0] == 0 and key[1] == needed and key[2] == 0:
-                    break  # nothing to clear or risk, no GPU left over: no later node beats it
-        return None if best is None else best[1]
+        placement = choose_gpus(
+            free_by_node=(
+                (node, calendar.free_on_node(gpu_ids, start_s, end_s))
+                for node, gpu_ids in calendar.nodes.items()
+            ),
+            occupant_of=self._occupant,
+            needed=needed,
+            start_s=start_s,
+            now_s=now_s,
+            stop_cost_s=self.config.restart_overhead_s + CHECKPOINT_SAVE_S,
+            policy=self.policy,
+        )
+        return None if placement is None else placement.gpu_ids
 
     def _prune_reservations(self, now_s: float) -> None:
         ends = self.reservation_ends
