@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_TIME_ZONE = "unknown_time_zone"
     # booking: conflicts (409)
     SLOT_CONFLICT = "slot_conflict"
+    NO_ROOM = "no_room"
     QUOTA_EXCEEDED = "quota_exceeded"
     DAILY_CAP_EXCEEDED = "daily_cap_exceeded"
     BUSY = "busy"
@@ -120,6 +121,7 @@ ERROR_CODE_MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_TEAM: "No such team (or not yours).",
     ErrorCode.UNKNOWN_TIME_ZONE: "Not an IANA time zone.",
     ErrorCode.SLOT_CONFLICT: "The time collides with bookings (listed in `conflicts`).",
+    ErrorCode.NO_ROOM: "No node has that many GPUs free for the whole slot.",
     ErrorCode.QUOTA_EXCEEDED: "The team's month would pass its quota (bookings + backfill); says what is left.",
     ErrorCode.DAILY_CAP_EXCEEDED: "Your daily GPU-hours in the team would pass the cap.",
     ErrorCode.BUSY: "Another booking holds the lock or won a race: try again.",

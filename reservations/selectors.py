@@ -554,3 +554,28 @@ def free_windows(*, gpu_ids: list[int], start: dt.datetime, end: dt.datetime) ->
     if cursor < end:
         windows.append((cursor, end))
     return windows
+
+
+def calendar_free_gpus(*, start: dt.datetime, end: dt.datetime) -> list[tuple[int, list[int]]]:
+    """Each node with its active GPUs that no occupying booking and no maintenance window
+    touches in [start, end), in node order (name, then id) and index order: what a booking
+    of that slot could take (`training.booking_placement` chooses among them)."""
+    taken = set(
+        ReservationGpu.objects.filter(occupies=True, start__lt=end, end__gt=start).values_list("gpu_id", flat=True)
+    )
+    closed_nodes: set[int] = set()
+    for node_id, gpu_id in MaintenanceWindow.objects.filter(start__lt=end, end__gt=start).values_list(
+        "node_id", "gpus"
+    ):
+        if gpu_id is None:
+            closed_nodes.add(node_id)  # a window listing no GPUs covers the whole node
+        else:
+            taken.add(gpu_id)
+    free: dict[int, list[int]] = {}
+    for gpu_id, node_id in Gpu.objects.filter(state=Gpu.State.ACTIVE).order_by(
+        "node__name", "node_id", "index"
+    ).values_list("pk", "node_id"):
+        free.setdefault(node_id, [])
+        if gpu_id not in taken and node_id not in closed_nodes:
+            free[node_id].append(gpu_id)
+    return list(free.items())

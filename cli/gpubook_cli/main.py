@@ -182,6 +182,9 @@ def resolve_team(client: Client, team: str | None) -> int:
 
 @cli.command()
 @click.option("--gpu", "gpu_ids", type=click.IntRange(1), multiple=True, help="A GPU id (repeat for more).")
+@click.option("--count", type=click.IntRange(1, 64),
+              help="Instead of --gpu: this many GPUs of one node, chosen by the server so that the "
+                   "booking's start stops the least running work.")
 @click.option("--start", required=True, help="ISO-8601; without an offset, this machine's zone.")
 @click.option("--end", help="ISO-8601 end; or give --hours.")
 @click.option("--hours", type=click.FloatRange(min=0.5))
@@ -189,15 +192,18 @@ def resolve_team(client: Client, team: str | None) -> int:
 @click.option("--note", default="")
 @json_option
 @api_command
-def book(gpu_ids, start, end, hours, team, note, as_json) -> None:
-    """Book GPUs of one node for [START, END). Find ids with `gpubook free`."""
-    if not gpu_ids:
-        raise click.UsageError("give at least one --gpu (see `gpubook free`)")
+def book(gpu_ids, count, start, end, hours, team, note, as_json) -> None:
+    """Book GPUs of one node for [START, END): the --gpu ids (find them with `gpubook free`),
+    or --count GPUs the server chooses."""
+    if bool(gpu_ids) == (count is not None):
+        raise click.UsageError("give --gpu ids (see `gpubook free`) or --count, one of the two")
     if (end is None) == (hours is None):
         raise click.UsageError("give exactly one of --end or --hours")
     begin = parse_when(start)
     finish = parse_when(end) if end else begin + dt.timedelta(hours=hours)
     client = client_from_settings()
+    if count is not None:
+        gpu_ids = client.get("booking-placement/", gpus=count, start=begin.isoformat(), end=finish.isoformat())["gpus"]
     booking = client.post("reservations/", {
         "gpus": list(gpu_ids), "start": begin.isoformat(), "end": finish.isoformat(),
         "team": resolve_team(client, team), "note": note,

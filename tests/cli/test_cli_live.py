@@ -134,6 +134,26 @@ def test_free_book_list_cancel(gpubook, people, inventory, future_day):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_book_count_lets_the_server_choose_around_running_work(gpubook, people, inventory, future_day):
+    from tests.training.test_booking_placement import _backfill
+
+    login(gpubook, "alice")
+    a, b = inventory["a"], inventory["b"]
+    ten = future_day + dt.timedelta(hours=10)
+    gpubook("book", "--gpu", str(a[2].pk), "--gpu", str(a[3].pk), "--start", ten.isoformat(), "--hours", "2")
+    # node-a's other two GPUs: one holds a run that cannot checkpoint (all its work at risk
+    # if its estimate is wrong); node-b, as free, is where the booking should go.
+    _backfill(people, a[0], checkpointable=False, history=True)
+    booked = json_of(gpubook("book", "--count", "2", "--start", ten.isoformat(), "--hours", "2", "--json"))
+    assert booked["gpus"] == [b[0].pk, b[1].pk]
+    both = gpubook("book", "--count", "1", "--gpu", str(a[0].pk), "--start", ten.isoformat(), "--hours", "1",
+                   check=False)
+    assert both.returncode == 2 and "one of the two" in both.stderr
+    full = gpubook("book", "--count", "3", "--start", ten.isoformat(), "--hours", "2", check=False)
+    assert full.returncode == 1 and "No node has 3 GPUs free" in full.stderr
+
+
+@pytest.mark.django_db(transaction=True)
 def test_submit_jobs_queue(gpubook, people, inventory, future_day, tmp_path):
     TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
     login(gpubook, "alice")
