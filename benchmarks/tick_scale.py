@@ -142,10 +142,11 @@ def measure(function, ticks: int) -> tuple[list[float], list[int]]:
 
 def run_scale(scale: int, ticks: int) -> dict[str, float]:
     import scheduler
+    from config.scheduling import policy_from_settings
     from gpus.models import Gpu
     from training.loop import scheduler_tick
     from training.models import Run
-    from training.reconcile import policy_from_settings, reconcile
+    from training.reconcile import reconcile
     from training.snapshot import build_snapshot
 
     executor = build(scale)

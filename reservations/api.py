@@ -12,12 +12,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.errors import DomainError, ErrorCode, NotFound, NotPermitted
+from config.scheduling import policy_from_settings
 from gpus.models import Gpu, Node
-from reservations import selectors, services
+from reservations import placement, selectors, services
 from reservations.models import ReservationGpu
 from reservations.serializers import (
     MAX_ID,
     AwareDateTimeField,
+    BookingPlacementQuerySerializer,
     GpuSerializer,
     ReasonSerializer,
     ReservationCreateSerializer,
@@ -268,3 +270,28 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         )
         team.refresh_from_db()
         return Response(TeamSerializer(team, context=self.get_serializer_context()).data)
+
+
+class BookingPlacementView(APIView):
+    """Before booking N GPUs: which GPUs of which node to book for the slot so that its start
+    costs the running work least (`reservations.placement`). Nothing is booked; the
+    answer's `gpus` go to `POST /api/v1/reservations/` as they are."""
+
+    @extend_schema(parameters=[BookingPlacementQuerySerializer], responses={200: dict})
+    def get(self, request):
+        query = BookingPlacementQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        values = query.validated_data
+        chosen = placement.choose_booking_gpus(
+            gpu_count=values["gpus"], start=values["start"], end=values["end"], now=timezone.now(),
+            policy=policy_from_settings(),
+        )
+        return Response({
+            "node": chosen.node,
+            "node_name": Node.objects.values_list("name", flat=True).get(pk=chosen.node),
+            "gpus": list(chosen.gpu_ids),
+            "start": values["start"].isoformat(),
+            "end": values["end"].isoformat(),
+            "lost_gpu_s": round(chosen.lost_gpu_s, 1),
+            "at_risk_gpu_s": round(chosen.at_risk_gpu_s, 1),
+        })

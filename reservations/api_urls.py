@@ -12,5 +12,6 @@ router.register("waitlist", waitlist.WaitlistViewSet, basename="waitlist")
 
 urlpatterns = [
     path("nodes/<int:pk>/availability/", api.NodeAvailabilityView.as_view(), name="node-availability"),
+    path("booking-placement/", api.BookingPlacementView.as_view(), name="booking-placement"),
     *router.urls,
 ]

@@ -62,9 +62,18 @@ class BookingForm(forms.Form):
     gpus = forms.TypedMultipleChoiceField(
         label="GPUs",
         coerce=int,
+        required=False,  # or a count instead (clean says which is missing)
         widget=forms.CheckboxSelectMultiple,
         help_text="One or more GPUs of the same node.",
-        error_messages={"required": "Choose at least one GPU."},
+    )
+    count = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=64,
+        label="Or any number of GPUs of one node",
+        help_text="Instead of ticking GPUs: gpubook chooses them so that the booking's start stops the "
+                  "least running work.",
+        widget=forms.NumberInput(attrs={"placeholder": "e.g. 2"}),
     )
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None, label="On behalf of team")
     date = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}), label="Date")
@@ -99,6 +108,11 @@ class BookingForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        if "gpus" in cleaned and "count" in cleaned:  # both parsed: say which is missing or extra
+            if not cleaned["gpus"] and cleaned["count"] is None:
+                self.add_error("gpus", "Choose at least one GPU. Or give how many you need.")
+            elif cleaned["gpus"] and cleaned["count"] is not None:
+                self.add_error("count", "Tick GPUs or give a number, not both.")
         day, start_time, end_time = cleaned.get("date"), cleaned.get("start_time"), cleaned.get("end_time")
         if day is None or start_time is None or end_time is None:
             return cleaned

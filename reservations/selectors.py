@@ -559,7 +559,7 @@ def free_windows(*, gpu_ids: list[int], start: dt.datetime, end: dt.datetime) ->
 def calendar_free_gpus(*, start: dt.datetime, end: dt.datetime) -> list[tuple[int, list[int]]]:
     """Each node with its active GPUs that no occupying booking and no maintenance window
     touches in [start, end), in node order (name, then id) and index order: what a booking
-    of that slot could take (`training.booking_placement` chooses among them)."""
+    of that slot could take (`reservations.placement` chooses among them)."""
     taken = set(
         ReservationGpu.objects.filter(occupies=True, start__lt=end, end__gt=start).values_list("gpu_id", flat=True)
     )

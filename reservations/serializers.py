@@ -178,3 +178,10 @@ class TeamSerializer(serializers.ModelSerializer):
 
     def get_usage(self, team: Team) -> dict:
         return self.context["usage"](team)
+
+class BookingPlacementQuerySerializer(serializers.Serializer):
+    """`GET /api/v1/booking-placement/`: how many GPUs of one node, for which slot."""
+
+    gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_BOOKING)
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()

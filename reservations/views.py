@@ -26,8 +26,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from config.errors import DomainError, ErrorCode
+from config.scheduling import policy_from_settings
 from gpus.models import Gpu
-from reservations import calendar_feed, ical, profile_services, selectors, services
+from reservations import calendar_feed, ical, placement, profile_services, selectors, services
 from reservations.forms import BookingForm, ProfileForm, RescheduleForm, parse_local_or_aware
 from reservations.models import Reservation
 
@@ -248,10 +249,16 @@ def booking_new(request: HttpRequest) -> HttpResponse:
         return _render_booking(request, form, node_id=node_id)
     values = form.cleaned_data
     try:
+        gpu_ids = values["gpus"]
+        if values["count"] is not None:
+            gpu_ids = placement.choose_booking_gpus(
+                gpu_count=values["count"], start=values["start"], end=values["end"], now=timezone.now(),
+                policy=policy_from_settings(),
+            ).gpu_ids
         reservation = services.reservation_create(
             user=request.user,
             team=values["team"],
-            gpu_ids=values["gpus"],
+            gpu_ids=gpu_ids,
             start=values["start"],
             end=values["end"],
             note=values["note"],

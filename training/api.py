@@ -11,16 +11,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.errors import DomainError, ErrorCode, NotPermitted
-from gpus.models import Node
 from reservations.api import path_id
-from training import advice, booking_placement, selectors, services, tuning
+from training import advice, selectors, services, tuning
 from training.execution import executor_from_settings
-from training.reconcile import policy_from_settings
 from training.run_state import run_handle
 from training.safe_yaml import clip
 from training.serializers import (
     AttachSerializer,
-    BookingPlacementQuerySerializer,
     JobSerializer,
     JobSubmitSerializer,
     RunBriefSerializer,
@@ -189,29 +186,4 @@ class RunReportView(APIView):
         body = validated_report(request.data)
         services.run_report_record(run_id=run_id, token=header[len("Bearer "):], body=body, now=timezone.now())
         return Response({"accepted": True}, status=status.HTTP_202_ACCEPTED)
-
-
-class BookingPlacementView(APIView):
-    """Before booking N GPUs: which GPUs of which node to book for the slot so that its start
-    costs the running work least (`training.booking_placement`). Nothing is booked; the
-    answer's `gpus` go to `POST /api/v1/reservations/` as they are."""
-
-    @extend_schema(parameters=[BookingPlacementQuerySerializer], responses={200: dict})
-    def get(self, request):
-        query = BookingPlacementQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        values = query.validated_data
-        placement = booking_placement.choose_booking_gpus(
-            gpu_count=values["gpus"], start=values["start"], end=values["end"], now=timezone.now(),
-            policy=policy_from_settings(),
-        )
-        return Response({
-            "node": placement.node,
-            "node_name": Node.objects.values_list("name", flat=True).get(pk=placement.node),
-            "gpus": list(placement.gpu_ids),
-            "start": values["start"].isoformat(),
-            "end": values["end"].isoformat(),
-            "lost_gpu_s": round(placement.lost_gpu_s, 1),
-            "at_risk_gpu_s": round(placement.at_risk_gpu_s, 1),
-        })
 

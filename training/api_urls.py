@@ -10,7 +10,6 @@ router.register("runs", api.RunViewSet, basename="api-run")
 
 urlpatterns = [
     path("runs/<int:pk>/report/", api.RunReportView.as_view(), name="run-report"),
-    path("booking-placement/", api.BookingPlacementView.as_view(), name="api-booking-placement"),
     # the model registry (issue #17)
     path("models/", registry_api.ModelListView.as_view(), name="api-models"),
     path("models/promote/", registry_api.PromoteView.as_view(), name="api-model-promote"),

@@ -11,10 +11,11 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
+from config.scheduling import policy_from_settings
 from gpus.metrics import observe_tick
 from training.executors.base import Executor
 from training.queue import queue_estimates_refresh
-from training.reconcile import TickReport, policy_from_settings, reconcile
+from training.reconcile import TickReport, reconcile
 from training.watchdog import watchdog_tick
 
 # How often a sleeping loop looks at the stop flag: a stop waits at most this long.

@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import connection
 
 import scheduler
+from config.scheduling import policy_from_settings
 from notifications import services as notices
 from notifications.models import EventType
 from reservations import services as reservation_services
@@ -102,14 +103,6 @@ def reconcile_lock() -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def policy_from_settings() -> scheduler.Policy:
-    return scheduler.Policy(
-        grace_s=float(settings.GPUBOOK_STOP_GRACE_SECONDS),
-        no_show_after_s=float(settings.GPUBOOK_NO_SHOW_MINUTES * 60),
-        usage_factor=settings.GPUBOOK_BACKFILL_USAGE_FACTOR,
-    )
 
 
 def reconcile(*, now: dt.datetime, executor: Executor, policy: scheduler.Policy | None = None) -> TickReport:

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from reservations.serializers import MAX_GPUS_PER_BOOKING, MAX_ID, AwareDateTimeField
+from reservations.serializers import MAX_ID
 from training.models import Artifact, Run, RunMetric, TrainingJob
 
 
@@ -59,12 +59,4 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = [*RunBriefSerializer.Meta.fields, "job", "node", "gpu_indices", "checkpoint_path", "resumed_from",
                   "metrics", "artifacts"]
-
-
-class BookingPlacementQuerySerializer(serializers.Serializer):
-    """`GET /api/v1/booking-placement/`: how many GPUs of one node, for which slot."""
-
-    gpus = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_BOOKING)
-    start = AwareDateTimeField()
-    end = AwareDateTimeField()
 

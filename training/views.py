@@ -16,13 +16,13 @@ from django_htmx.http import trigger_client_event
 
 import scheduler
 from config.errors import DomainError, ErrorCode
+from config.scheduling import policy_from_settings
 from reservations.models import Reservation
 from reservations.selectors import reservations_visible_to
 from training import advice, selectors, services, tuning
 from training.execution import executor_from_settings
 from training.models import Artifact, Run, RunMetric, TrainingImage, TrainingJob
 from training.queue import queue_estimate_preview
-from training.reconcile import policy_from_settings
 from training.run_state import run_handle
 from training.runtime import duration_words
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from django.db.models import Prefetch, Q
 
 import scheduler
+from config.scheduling import policy_from_settings
 from gpus.models import Gpu
 from reservations.models import Reservation
 from scheduler.sim.engine import Booking, SimJob
@@ -38,7 +39,6 @@ from scheduler.sim.replay import Scenario, run_policy, team_quotas
 from scheduler.sim.report import metrics_table, write_html
 from scheduler.sim.workload import Workload
 from training.models import Run, TrainingJob
-from training.reconcile import policy_from_settings
 
 # The admin page replays at most this many jobs (the most recent), so a click stays a few
 # seconds of work; the command's --max-jobs may go higher.

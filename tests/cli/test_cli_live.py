@@ -135,7 +135,7 @@ def test_free_book_list_cancel(gpubook, people, inventory, future_day):
 
 @pytest.mark.django_db(transaction=True)
 def test_book_count_lets_the_server_choose_around_running_work(gpubook, people, inventory, future_day):
-    from tests.training.test_booking_placement import _backfill
+    from tests.reservations.test_booking_placement import _backfill
 
     login(gpubook, "alice")
     a, b = inventory["a"], inventory["b"]

@@ -9,13 +9,14 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from config.scheduling import policy_from_settings
 from gpus.models import Gpu, Node
 from notifications.models import Notice
 from reservations.models import Membership, Team
 from reservations.services import reservation_create
 from tests.fakes.executor import FakeExecutor
 from training.models import TrainingImage
-from training.reconcile import policy_from_settings, reconcile
+from training.reconcile import reconcile
 from training.services import job_submit
 from training.snapshot import build_snapshot
 

@@ -1,28 +1,33 @@
 """Choosing the GPUs of a booking around the runs of the moment (#15): the database side of
-`scheduler.booking_placement`, for "book N GPUs, choose them for me".
+`scheduler.booking_placement`, for "book N GPUs, choose them for me" (the booking form, the
+API's `booking-placement/`, `gpubook book --count`).
 
 A user who books specific GPUs may stop whatever backfill runs there at the slot's start. A
 user who only needs N GPUs of one node lets the same rule the simulator's booking service
 follows pick them: the least work certainly lost, then the fullest node (whole nodes stay
 free for wide jobs), then the least work at risk. The answer is advice: booking it goes
-through `reservations.services.reservation_create` like any other booking.
+through `reservations.services.reservation_create` like any other booking. Runs are
+`training`'s table, read through the app registry: this room sits below training and imports
+none of it.
 """
 
 import datetime as dt
 
+from django.apps import apps
+
 import scheduler
 from config.errors import Conflict, DomainError, ErrorCode
-from reservations import selectors as reservation_selectors
+from reservations import selectors
 from scheduler.booking_placement import Occupant, Placement, choose_gpus
 from scheduler.instants import to_seconds
-from training.models import Run
 
 
 def _occupants() -> dict[int, Occupant]:
     """The live runs by GPU."""
+    run_model = apps.get_model("training", "Run")
     occupants: dict[int, Occupant] = {}
     for pk, gpu_ids, kind, started_at, created_at, estimated_end, predicted_s, checkpointable in (
-        Run.objects.filter(state__in=Run.LIVE).values_list(
+        run_model.objects.filter(state__in=run_model.LIVE).values_list(
             "pk", "gpu_ids", "kind", "started_at", "created_at", "estimated_end",
             "job__predicted_duration_s", "job__checkpointable",
         )
@@ -39,7 +44,7 @@ def _occupants() -> dict[int, Occupant]:
                 if estimated_end is not None and predicted_s is not None
                 else None
             ),
-            reserved=kind == Run.Kind.RESERVED,
+            reserved=kind == run_model.Kind.RESERVED,
         )
         for gpu_id in gpu_ids:
             occupants[gpu_id] = occupant
@@ -55,10 +60,10 @@ def choose_booking_gpus(
     if gpu_count < 1:
         raise DomainError(ErrorCode.NO_GPUS, "Ask for at least one GPU.")
     if end <= start:
-        raise DomainError(ErrorCode.INVALID_RANGE, "`to` must be after `from`.")
+        raise DomainError(ErrorCode.INVALID_RANGE, "The end must be after the start.")
     occupants = _occupants()
     placement = choose_gpus(
-        free_by_node=reservation_selectors.calendar_free_gpus(start=start, end=end),
+        free_by_node=selectors.calendar_free_gpus(start=start, end=end),
         occupant_of=occupants.get,
         needed=gpu_count,
         start_s=to_seconds(start),

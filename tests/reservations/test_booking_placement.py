@@ -113,3 +113,27 @@ def test_bad_questions_get_a_clear_error(people, inventory, future_day, params, 
 def test_anonymous_callers_are_refused(people, inventory, future_day):
     start, end = _slot(future_day)
     assert_error(client_for(None, api=True).get(URL, _query(start, end, 1)), 401, "not_authenticated")
+
+
+@pytest.mark.django_db
+def test_the_booking_form_books_a_count_where_no_work_is_at_risk(people, inventory, future_day):
+    from reservations.models import Reservation
+
+    start, end = _slot(future_day)
+    book(people["owner"], people["vision"], inventory["a"][2:], start, end)
+    _backfill(people, inventory["a"][0], checkpointable=False, history=True)
+    client = client_for(people["owner"])
+    form = {"team": people["vision"].pk, "date": start.date().isoformat(), "start_time": "10:00",
+            "end_time": "12:00", "note": ""}
+    assert 'name="count"' in client.get("/book/").content.decode()
+
+    response = client.post("/book/", {**form, "count": 2})
+
+    chosen = Reservation.objects.latest("pk")
+    assert response.status_code == 302 and response["Location"] == f"/reservations/{chosen.pk}/"
+    assert sorted(chosen.gpus.values_list("pk", flat=True)) == [gpu.pk for gpu in inventory["b"]]
+    both = client.post("/book/", {**form, "count": 1, "gpus": [inventory["a"][1].pk]}).content.decode()
+    assert "Tick GPUs or give a number, not both." in both
+    full = client.post("/book/", {**form, "count": 3}).content.decode()
+    assert "No node has 3 GPUs free for the whole slot." in full
+    assert Reservation.objects.count() == 2

@@ -1,0 +1,15 @@
+"""The scheduler's policy as this deployment's settings make it: one place, read by the
+scheduler tick (training), the queue estimates, the what-if replay and the booking service's
+GPU choice (reservations.placement)."""
+
+from django.conf import settings
+
+import scheduler
+
+
+def policy_from_settings() -> scheduler.Policy:
+    return scheduler.Policy(
+        grace_s=float(settings.GPUBOOK_STOP_GRACE_SECONDS),
+        no_show_after_s=float(settings.GPUBOOK_NO_SHOW_MINUTES * 60),
+        usage_factor=settings.GPUBOOK_BACKFILL_USAGE_FACTOR,
+    )
