@@ -9,6 +9,7 @@ from django.utils.dateparse import parse_datetime
 
 from gpus.models import Gpu
 from reservations.models import Team
+from reservations.serializers import MAX_GPUS_PER_BOOKING
 
 
 class LocalTimeError(ValueError):
@@ -69,7 +70,7 @@ class BookingForm(forms.Form):
     count = forms.IntegerField(
         required=False,
         min_value=1,
-        max_value=64,
+        max_value=MAX_GPUS_PER_BOOKING,
         label="Or any number of GPUs of one node",
         help_text="Instead of ticking GPUs: gpubook chooses them so that the booking's start stops the "
                   "least running work.",

@@ -179,6 +179,7 @@ class TeamSerializer(serializers.ModelSerializer):
     def get_usage(self, team: Team) -> dict:
         return self.context["usage"](team)
 
+
 class BookingPlacementQuerySerializer(serializers.Serializer):
     """`GET /api/v1/booking-placement/`: how many GPUs of one node, for which slot."""
 
