@@ -124,8 +124,12 @@ def test_production_stack_end_to_end(stack, world, browser, screenshots):
     assert "/accounts/login/" in page.url
     page.get_by_label("Username").fill("alice")
     page.get_by_label("Password").fill("pw-alice")
-    page.get_by_role("button", name="Log in").click()
+    # The week view's feed must have loaded before the day view is opened: a navigation
+    # aborts a fetch still under way, which the failed-request check would count (CI saw it).
+    with page.expect_response(lambda response: "/calendar/events.json" in response.url) as week_feed:
+        page.get_by_role("button", name="Log in").click()
     page.wait_for_url(f"{url}/calendar/**")
+    assert week_feed.value.status == 200 and week_feed.value.finished() is None
 
     now_local = timezone.now().astimezone(zone)
     day = now_local.date()
