@@ -186,4 +186,3 @@ class RunReportView(APIView):
         body = validated_report(request.data)
         services.run_report_record(run_id=run_id, token=header[len("Bearer "):], body=body, now=timezone.now())
         return Response({"accepted": True}, status=status.HTTP_202_ACCEPTED)
-

@@ -59,4 +59,3 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = [*RunBriefSerializer.Meta.fields, "job", "node", "gpu_indices", "checkpoint_path", "resumed_from",
                   "metrics", "artifacts"]
-
