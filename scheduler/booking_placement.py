@@ -107,11 +107,16 @@ def choose_gpus(
     for node, free in free_by_node:
         if len(free) < needed:
             continue
+        if best is not None and (0.0, len(free), 0.0) >= best[0]:
+            continue  # at best free of loss and risk, and no fuller: cannot beat the best
         costs = []
         for position, gpu_id in enumerate(free):
+            occupant = occupant_of(gpu_id)
+            if occupant is None:
+                costs.append((0.0, 0.0, -1, position, gpu_id))
+                continue
             cost = clearing_cost(
-                occupant_of(gpu_id), start_s=start_s, now_s=now_s, stop_cost_s=stop_cost_s,
-                policy=policy,
+                occupant, start_s=start_s, now_s=now_s, stop_cost_s=stop_cost_s, policy=policy,
             )
             run_order = -1 if cost.run_id is None else cost.run_id
             costs.append((cost.lost_gpu_s, cost.at_risk_gpu_s, run_order, position, gpu_id))

@@ -192,6 +192,9 @@ class Simulation:
         self.reservations: dict[int, Reservation] = {}
         self.runs: dict[int, _LiveRun] = {}
         self.gpu_holder: dict[Id, int] = {}
+        # The run on each held GPU as the booking service sees it, built once per run (the
+        # service asks for every free GPU of every node, per booking).
+        self.gpu_occupant: dict[Id, Occupant] = {}
         self.next_run_id = 1
         self.usage: dict[tuple[str, str], Usage] = {}
         self.recent_durations: dict[tuple[str, int], deque[float]] = {}
@@ -325,23 +328,6 @@ class Simulation:
         elif kind == _EventKind.WAKEUP:
             self.scheduled_wakeups.discard(now_s)
 
-    def _occupant(self, gpu_id: Id) -> Occupant | None:
-        """The run on this GPU as the booking service sees it: its estimate counts only when
-        it comes from history (a default says nothing)."""
-        holder = self.gpu_holder.get(gpu_id)
-        if holder is None:
-            return None
-        live = self.runs[holder]
-        run = live.run
-        return Occupant(
-            run_id=holder,
-            gpus=len(run.gpu_ids),
-            started_at_s=run.started_at,
-            checkpointable=live.job.checkpointable,
-            expected_end_s=run.estimated_end if live.job.estimate_s is not None else None,
-            reserved=run.kind == RunKind.RESERVED,
-        )
-
     def _place_booking(self, booking: Booking, now_s: float) -> Booking | None:
         """Place the booking at its slot or, if earlier bookings took the room there, at the
         first later slot with room (as the workload's booking service does, up to
@@ -379,7 +365,7 @@ class Simulation:
                 (node, calendar.free_on_node(gpu_ids, start_s, end_s))
                 for node, gpu_ids in calendar.nodes.items()
             ),
-            occupant_of=self._occupant,
+            occupant_of=self.gpu_occupant.get,
             needed=needed,
             start_s=start_s,
             now_s=now_s,
@@ -580,8 +566,19 @@ class Simulation:
         live = _LiveRun(run, job, overhead_s, natural_end_s, natural_end_s, "completed")
         self.runs[run_id] = live
         self._runs_tuple = None
+        # Its estimate counts for the booking service only when it comes from history (a
+        # default says nothing).
+        occupant = Occupant(
+            run_id=run_id,
+            gpus=len(action.gpu_ids),
+            started_at_s=now_s,
+            checkpointable=job.checkpointable,
+            expected_end_s=action.estimated_end if job.estimate_s is not None else None,
+            reserved=action.kind == RunKind.RESERVED,
+        )
         for gpu_id in action.gpu_ids:
             self.gpu_holder[gpu_id] = run_id
+            self.gpu_occupant[gpu_id] = occupant
         if job.first_start_s is None:
             job.first_start_s = now_s
         self._push(natural_end_s, _EventKind.RUN_END, run_id)
@@ -619,6 +616,7 @@ class Simulation:
         self._runs_tuple = None
         for gpu_id in run.gpu_ids:
             del self.gpu_holder[gpu_id]
+            del self.gpu_occupant[gpu_id]
         if run.must_end_by is not None and now_s > run.must_end_by + EPSILON_S:
             raise InvariantViolation(f"run {run.id} outlived must_end_by ({now_s})")
         elapsed_s = now_s - run.started_at
