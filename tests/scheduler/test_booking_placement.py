@@ -2,6 +2,8 @@
 callers are tested through their own paths: the simulator's booking service in
 test_simulation.py, the API in tests/training/test_booking_placement.py."""
 
+import random
+
 import pytest
 
 from scheduler.booking_placement import FREE, ClearingCost, Occupant, choose_gpus, clearing_cost
@@ -60,3 +62,50 @@ def test_idle_gpus_before_risky_ones_and_no_room():
     risky = run(checkpointable=False, expected_end_s=2_000.0)
     assert _choose([(0, [0, 1, 2])], {0: risky}, 2).gpu_ids == (1, 2)
     assert _choose([(0, [0, 1, 2])], {0: risky}, 4) is None
+
+
+def _every_node_scored(free_by_node, occupants, needed):
+    """An oracle for choose_gpus: every node scored by the rule's key, the first of the
+    cheapest kept (choose_gpus skips nodes it can tell cannot win; this one skips none)."""
+    scored = []
+    for node, free in free_by_node:
+        if len(free) < needed:
+            continue
+        costs = sorted(
+            (cost.lost_gpu_s, cost.at_risk_gpu_s, -1 if cost.run_id is None else cost.run_id,
+             position, gpu_id)
+            for position, gpu_id in enumerate(free)
+            for cost in [clearing_cost(occupants.get(gpu_id), start_s=START, now_s=NOW,
+                                       stop_cost_s=90.0, policy=POLICY)]
+        )[:needed]
+        lost = sum({run_id: lost for lost, _, run_id, _, _ in costs}.values())
+        at_risk = sum({run_id: risk for _, risk, run_id, _, _ in costs}.values())
+        scored.append(((lost, len(free), at_risk), node, tuple(sorted(g for *_, g in costs))))
+    if not scored:
+        return None
+    best = min(scored, key=lambda entry: entry[0])  # min keeps the first of equal keys
+    return best[1], best[2]
+
+
+def test_choose_gpus_agrees_with_scoring_every_node():
+    """The shortcuts (skipping nodes that cannot beat the best, idle GPUs priced without a
+    call) change no choice, on random clusters of mixed runs."""
+    rng = random.Random(15)
+    for _ in range(500):
+        occupants, free_by_node, gpu = {}, [], 0
+        for node in range(rng.randint(1, 6)):
+            free = []
+            for _ in range(rng.randint(0, 8)):
+                if rng.random() < 0.5:
+                    occupants[gpu] = run(
+                        checkpointable=rng.random() < 0.5, gpus=rng.choice((1, 2, 4)),
+                        expected_end_s=rng.choice((None, 500.0, 2_000.0, 4_000.0)),
+                        reserved=rng.random() < 0.1, run_id=rng.randint(1, 6),
+                    )
+                free.append(gpu)
+                gpu += 1
+            free_by_node.append((node, free))
+        needed = rng.randint(1, 8)
+        placement = _choose(free_by_node, occupants, needed)
+        expected = _every_node_scored(free_by_node, occupants, needed)
+        assert (placement and (placement.node, placement.gpu_ids)) == (expected or None)
