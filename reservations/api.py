@@ -293,5 +293,6 @@ class BookingPlacementView(APIView):
             "start": values["start"].isoformat(),
             "end": values["end"].isoformat(),
             "lost_gpu_s": round(chosen.lost_gpu_s, 1),
+            "restart_gpu_s": round(chosen.restart_gpu_s, 1),
             "at_risk_gpu_s": round(chosen.at_risk_gpu_s, 1),
         })

@@ -163,9 +163,9 @@ class SimulationConfig:
     enforce_quotas: bool = False
     record_actions: bool = False
     # The booking service places each booking when it is made, on the node whose GPUs it
-    # would cost least to clear at the slot's start (idle, or running work that ends first
-    # or can checkpoint, before work that cannot), fullest node first (keeps whole nodes
-    # free), instead of using the GPUs the workload chose blind to the runs.
+    # would cost least to clear at the slot's start (`scheduler.booking_placement`: no work
+    # thrown away, then the fullest node, which keeps whole nodes free, then the fewest
+    # restarts), instead of using the GPUs the workload chose blind to the runs.
     run_aware_booking: bool = False
     # With run_aware_booking: the step to the next slot when a booking's slot is full.
     booking_shift_s: float = 1800.0

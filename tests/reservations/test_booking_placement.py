@@ -57,7 +57,7 @@ def test_the_booking_goes_where_no_work_is_at_risk_and_books_as_given(people, in
     body = answer.json()
     assert body["node"] == inventory["node_b"].pk and body["node_name"] == "node-b"
     assert body["gpus"] == [gpu.pk for gpu in inventory["b"]]
-    assert body["lost_gpu_s"] == 0 and body["at_risk_gpu_s"] == 0
+    assert body["lost_gpu_s"] == 0 and body["restart_gpu_s"] == 0 and body["at_risk_gpu_s"] == 0
     booked = client.post(
         "/api/v1/reservations/",
         {"gpus": body["gpus"], "start": body["start"], "end": body["end"], "team": people["nlp"].pk},

@@ -23,14 +23,14 @@ def run(*, checkpointable=True, expected_end_s=None, gpus=1, reserved=False, run
     [
         (None, FREE),
         (run(reserved=True), FREE),  # in its own slot, which the calendar ends first
-        (run(gpus=4), ClearingCost(4 * 90.0, 0.0, 7)),  # a stop: save and restart, per GPU
-        (run(checkpointable=False, gpus=2), ClearingCost(2 * START, 0.0, 7)),  # all its work
+        (run(gpus=4), ClearingCost(0.0, 4 * 90.0, 0.0, 7)),  # a stop: save and restart, per GPU
+        (run(checkpointable=False, gpus=2), ClearingCost(2 * START, 0.0, 0.0, 7)),  # all its work
         (run(expected_end_s=5_000.0), FREE),  # trusted to end first
-        (run(checkpointable=False, expected_end_s=2_000.0), ClearingCost(0.0, START, 7)),  # at risk
+        (run(checkpointable=False, expected_end_s=2_000.0), ClearingCost(0.0, 0.0, START, 7)),
         # 3 × its 4,000 s estimate ends after the slot's start: certain loss, not risk.
-        (run(checkpointable=False, expected_end_s=4_000.0), ClearingCost(START, 0.0, 7)),
+        (run(checkpointable=False, expected_end_s=4_000.0), ClearingCost(START, 0.0, 0.0, 7)),
         # It has outlived its estimate: the estimate says nothing any more.
-        (run(expected_end_s=500.0), ClearingCost(90.0, 0.0, 7)),
+        (run(expected_end_s=500.0), ClearingCost(0.0, 90.0, 0.0, 7)),
     ],
 )
 def test_clearing_cost(occupant, cost):
@@ -49,13 +49,30 @@ def test_certain_loss_then_fullness_then_risk():
     # Node 0 holds the wide run everywhere; nodes 1 and 2 are fuller; node 1 risks a run.
     occupants = {gpu: wide for gpu in range(4)} | {4: risky, 5: risky}
     placement = _choose(free, occupants, 2)
-    assert (placement.node, placement.gpu_ids, placement.lost_gpu_s, placement.at_risk_gpu_s) == (
-        2, (6, 7), 0.0, 0.0
-    )
+    assert (placement.node, placement.gpu_ids, placement.lost_gpu_s, placement.restart_gpu_s,
+            placement.at_risk_gpu_s) == (2, (6, 7), 0.0, 0.0, 0.0)
     # With node 2 gone, the risk is taken rather than the certain loss.
     assert _choose(free[:2], occupants, 2).gpu_ids == (4, 5)
     # With only node 0, a run stopped for one GPU counts all its four GPUs, once.
     assert _choose(free[:1], occupants, 2).lost_gpu_s == 4 * START
+
+
+def test_fullness_before_restarts_and_restarts_before_risk():
+    # Node 0 is free for the whole slot; node 1 has two GPUs left, one under a checkpointable
+    # run. A restart (minutes of one GPU) is cheaper than breaking up a node kept whole for
+    # wide jobs: the fuller node 1 wins, and reports the restart.
+    restart = run(gpus=1, run_id=3)
+    free = [(0, list(range(8))), (1, [8, 9])]
+    placement = _choose(free, {8: restart}, 2)
+    assert (placement.node, placement.gpu_ids, placement.lost_gpu_s, placement.restart_gpu_s) == (
+        1, (8, 9), 0.0, 90.0
+    )
+    # Work thrown away still comes first: a run that cannot checkpoint keeps node 1 out.
+    assert _choose(free, {8: run(checkpointable=False, run_id=3)}, 2).node == 0
+    # Equally full nodes: a certain restart counts before a risk that costs nothing while
+    # the estimate holds (as it did when restarts counted as loss).
+    risky = run(checkpointable=False, expected_end_s=2_000.0, run_id=4)
+    assert _choose([(0, [0, 1]), (1, [2, 3])], {0: risky, 2: restart}, 2).node == 0
 
 
 def test_idle_gpus_before_risky_ones_and_no_room():
@@ -72,15 +89,18 @@ def _every_node_scored(free_by_node, occupants, needed):
         if len(free) < needed:
             continue
         costs = sorted(
-            (cost.lost_gpu_s, cost.at_risk_gpu_s, -1 if cost.run_id is None else cost.run_id,
-             position, gpu_id)
+            (cost.lost_gpu_s, cost.restart_gpu_s, cost.at_risk_gpu_s,
+             -1 if cost.run_id is None else cost.run_id, position, gpu_id)
             for position, gpu_id in enumerate(free)
             for cost in [clearing_cost(occupants.get(gpu_id), start_s=START, now_s=NOW,
                                        stop_cost_s=90.0, policy=POLICY)]
         )[:needed]
-        lost = sum({run_id: lost for lost, _, run_id, _, _ in costs}.values())
-        at_risk = sum({run_id: risk for _, risk, run_id, _, _ in costs}.values())
-        scored.append(((lost, len(free), at_risk), node, tuple(sorted(g for *_, g in costs))))
+        lost = sum({run_id: lost for lost, _, _, run_id, _, _ in costs}.values())
+        restart = sum({run_id: restart for _, restart, _, run_id, _, _ in costs}.values())
+        at_risk = sum({run_id: risk for _, _, risk, run_id, _, _ in costs}.values())
+        scored.append(
+            ((lost, len(free), restart, at_risk), node, tuple(sorted(g for *_, g in costs)))
+        )
     if not scored:
         return None
     best = min(scored, key=lambda entry: entry[0])  # min keeps the first of equal keys
