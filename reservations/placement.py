@@ -56,8 +56,9 @@ def choose_booking_gpus(
     *, gpu_count: int, start: dt.datetime, end: dt.datetime, now: dt.datetime, policy: scheduler.Policy
 ) -> Placement:
     """The `gpu_count` GPUs of one node to book for [start, end), chosen around the live runs,
-    with what their booking would cost other work (GPU-seconds lost for certain, and at risk
-    if an estimate errs). Conflict(NO_ROOM) when no node has that many GPUs free throughout."""
+    with what their booking would cost other work (GPU-seconds lost for certain, spent on
+    restarts of runs that can checkpoint, and at risk if an estimate errs). Conflict(NO_ROOM)
+    when no node has that many GPUs free throughout."""
     if gpu_count < 1:
         raise DomainError(ErrorCode.NO_GPUS, "Ask for at least one GPU.")
     if end <= start:

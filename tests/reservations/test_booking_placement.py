@@ -80,6 +80,20 @@ def test_certain_loss_outweighs_a_fuller_node(people, inventory, future_day):
 
 
 @pytest.mark.django_db
+def test_a_restart_on_a_fuller_node_beats_breaking_up_a_free_one(people, inventory, future_day):
+    # node-b (two GPUs) is the fuller for a booking of two; b0 holds a checkpointable run with
+    # no history, so it is stopped at the slot's start and restarts. node-a (four GPUs) is
+    # free throughout: booking it costs nothing now but breaks up the node wide jobs need.
+    start, end = _slot(future_day)
+    _backfill(people, inventory["b"][0], checkpointable=True, history=False)
+    body = client_for(people["owner"], api=True).get(URL, _query(start, end, 2)).json()
+    assert body["node"] == inventory["node_b"].pk
+    assert body["gpus"] == [gpu.pk for gpu in inventory["b"]]
+    assert (body["lost_gpu_s"], body["at_risk_gpu_s"]) == (0, 0)
+    assert body["restart_gpu_s"] > 0  # one GPU's save and restart
+
+
+@pytest.mark.django_db
 def test_no_node_with_room_is_a_conflict(people, inventory, future_day):
     start, end = _slot(future_day)
     client = client_for(people["owner"], api=True)
