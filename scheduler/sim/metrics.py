@@ -13,15 +13,23 @@
   whose charge exceeded their quota; `unplaceable_jobs`: jobs larger than the cluster;
   `lost_gpu_hours`: work thrown away by kills and stops of jobs that cannot checkpoint,
   `lost_share` the same over the window's capacity.
+* `wait_no_room_share`: the share of queued jobs' waiting spent while the whole cluster had
+  fewer idle GPUs (not held by a run) than the job needs, so no placement could have
+  started it then without stopping a run. The rest of the wait had room somewhere: spread
+  over nodes, held for a waiting wide job, kept free before a booking, or passed over by
+  the order. It tells waiting that only more GPUs or stopping runs could cut from waiting a
+  placement or order could (#15: BENCHMARKS.md, "Seventh round").
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, pairwise
 
 from scheduler.actions import Reason
-from scheduler.sim.engine import SimulationResult
+from scheduler.sim.engine import RunRecord, SimulationResult
 from scheduler.sim.workload import Workload
 from scheduler.snapshot import RunKind
 
@@ -44,6 +52,43 @@ def jain_index(values: Sequence[float]) -> float:
     total = sum(values)
     squares = sum(value * value for value in values)
     return total * total / (len(values) * squares) if squares else 1.0
+
+
+def no_room_share(
+    run_records: Iterable[RunRecord], waits: Iterable[tuple[float, float, int]], gpus_total: int
+) -> float:
+    """Of the waiting intervals (submit, first start, GPUs needed), the share of time during
+    which fewer than the GPUs needed were free of runs in the whole cluster. For each width,
+    the no-room time accumulates over the busy-GPU step function, so each wait costs two
+    bisections."""
+    waits = [wait for wait in waits if wait[1] > wait[0]]
+    total = sum(end - start for start, end, _ in waits)
+    if not total:
+        return 0.0
+    changes: dict[float, int] = {}
+    for record in run_records:
+        if record.end_s > record.start_s:
+            changes[record.start_s] = changes.get(record.start_s, 0) + record.gpus
+            changes[record.end_s] = changes.get(record.end_s, 0) - record.gpus
+    times = sorted(changes)
+    busy = list(accumulate(changes[at] for at in times))  # GPUs held from times[i] on
+    spans = [later - at for at, later in pairwise(times)]
+    no_room = 0.0
+    for width in {gpus for _, _, gpus in waits}:
+        full = [held > gpus_total - width for held in busy]
+        # Before times[i]: the no-room time since times[0].
+        before = [0.0, *accumulate(
+            span if is_full else 0.0 for span, is_full in zip(spans, full[:-1], strict=True)
+        )]
+
+        def until(at_s: float, full=full, before=before) -> float:
+            i = bisect.bisect_right(times, at_s) - 1
+            if i < 0:
+                return 0.0
+            return before[i] + ((at_s - times[i]) if full[i] else 0.0)
+
+        no_room += sum(until(end) - until(start) for start, end, gpus in waits if gpus == width)
+    return no_room / total
 
 
 def _overlap(start: float, end: float, window_start: float, window_end: float) -> float:
@@ -83,12 +128,14 @@ def compute_metrics(
 
     booked_job_ids = {booking.job_id for booking in workload.bookings}
     waits: list[float] = []
+    waiting: list[tuple[float, float, int]] = []
     slowdowns_by_user: dict[str, list[float]] = {}
     slowdowns: list[float] = []
     for job in result.jobs.values():
         if job.id in booked_job_ids or job.first_start_s is None:
             continue
         waits.append(job.first_start_s - job.submit_s)
+        waiting.append((job.submit_s, job.first_start_s, job.gpus))
         if job.completed_s is not None:
             slowdown = max(
                 (job.completed_s - job.submit_s) / max(job.duration_s, SLOWDOWN_BOUND_S), 1.0
@@ -131,6 +178,7 @@ def compute_metrics(
         "wait_mean_s": sum(waits) / len(waits) if waits else 0.0,
         "wait_p50_s": percentile(waits, 0.5),
         "wait_p95_s": percentile(waits, 0.95),
+        "wait_no_room_share": no_room_share(result.run_records, waiting, gpus_total),
         "slowdown_mean": sum(slowdowns) / len(slowdowns) if slowdowns else 0.0,
         "jain_fairness": jain_index(user_means),
         "preemptions": preemptions,

@@ -25,12 +25,17 @@ def demo(db, settings, tmp_path):
     return latest_end + dt.timedelta(hours=1)
 
 
-def _rows(output: str) -> dict[str, list[str]]:
-    rows = {}
+def _rows(output: str) -> dict[str, dict[str, str]]:
+    """The report's table rows by their first cell, each as {header: cell}."""
+    rows, header = {}, None
     for line in output.splitlines():
-        if line.startswith("| ") and not line.startswith("| policy"):
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
-            rows[cells[0]] = cells
+        if not line.startswith("| "):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0] == "policy":
+            header = cells
+        else:
+            rows[cells[0]] = dict(zip(header, cells, strict=True))
     return rows
 
 
@@ -59,15 +64,13 @@ def test_from_history_prints_current_and_what_if_rows_over_the_exported_jobs(dem
         assert len(list(csv.DictReader(handle))) == replayed
     assert html.read_text().count("<html") == 1
     for label, cells in rows.items():
-        # policy | jobs | completed | mean wait | p95 | slowdown | util | goodput | lost GPU-h
-        # | lost % | preempt | honoured | quota viol | Jain
-        assert int(cells[1]) == replayed and int(cells[2]) == replayed, label
-        mean_wait = float(cells[3].replace(",", ""))
-        utilization, goodput = float(cells[6]), float(cells[7])
+        assert int(cells["jobs"]) == replayed and int(cells["completed"]) == replayed, label
+        mean_wait = float(cells["mean wait s"].replace(",", ""))
+        utilization, goodput = float(cells["util"]), float(cells["goodput"])
         assert 0 <= mean_wait < 3600, label  # one 10-minute job on 8 mostly idle GPUs
         assert 0 < goodput <= utilization <= 1, label
-        assert cells[11] == "100.0%", label  # every booking honoured
-        assert float(cells[12]) == 0, label
+        assert cells["honoured"] == "100.0%", label  # every booking honoured
+        assert float(cells["quota viol"]) == 0, label
 
 
 def test_from_history_refuses_an_unknown_policy_field(demo):
