@@ -127,14 +127,12 @@ def compute_metrics(
     )
 
     booked_job_ids = {booking.job_id for booking in workload.bookings}
-    waits: list[float] = []
-    waiting: list[tuple[float, float, int]] = []
+    waiting: list[tuple[float, float, int]] = []  # (submit, first start, GPUs)
     slowdowns_by_user: dict[str, list[float]] = {}
     slowdowns: list[float] = []
     for job in result.jobs.values():
         if job.id in booked_job_ids or job.first_start_s is None:
             continue
-        waits.append(job.first_start_s - job.submit_s)
         waiting.append((job.submit_s, job.first_start_s, job.gpus))
         if job.completed_s is not None:
             slowdown = max(
@@ -162,6 +160,7 @@ def compute_metrics(
     violations = sum(
         1 for team, charge in result.team_charges_gpu_s.items() if charge > quotas.get(team, 0)
     )
+    waits = [first_start_s - submit_s for submit_s, first_start_s, _ in waiting]
     user_means = [sum(values) / len(values) for values in slowdowns_by_user.values()]
     lost_gpu_hours = (
         sum(

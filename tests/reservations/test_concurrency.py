@@ -155,7 +155,7 @@ def test_a_booking_the_constraint_refuses_reads_as_a_conflict(racers, monkeypatc
     def read_then_lose_the_slot(*args, **kwargs):
         reads = original(*args, **kwargs)
         if not winner:  # once: the other booking runs (and commits) on its own connection
-            winner.append(None)
+            winner.append(None)  # taken before it runs: its own read passes straight through
             winner[0] = race([second])[0]
         return reads
 

@@ -68,6 +68,7 @@ def test_from_history_prints_current_and_what_if_rows_over_the_exported_jobs(dem
         mean_wait = float(cells["mean wait s"].replace(",", ""))
         utilization, goodput = float(cells["util"]), float(cells["goodput"])
         assert 0 <= mean_wait < 3600, label  # one 10-minute job on 8 mostly idle GPUs
+        assert 0 <= int(cells["no-room wait"].rstrip("%")) <= 100, label
         assert 0 < goodput <= utilization <= 1, label
         assert cells["honoured"] == "100.0%", label  # every booking honoured
         assert float(cells["quota viol"]) == 0, label
