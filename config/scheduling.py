@@ -2,6 +2,8 @@
 scheduler tick (training), the queue estimates, the what-if replay and the booking service's
 GPU choice (reservations.placement)."""
 
+import math
+
 from django.conf import settings
 
 import scheduler
@@ -12,4 +14,5 @@ def policy_from_settings() -> scheduler.Policy:
         grace_s=float(settings.GPUBOOK_STOP_GRACE_SECONDS),
         no_show_after_s=float(settings.GPUBOOK_NO_SHOW_MINUTES * 60),
         usage_factor=settings.GPUBOOK_BACKFILL_USAGE_FACTOR,
+        relief_after_s=float(settings.GPUBOOK_QUEUE_RELIEF_MINUTES * 60) or math.inf,
     )

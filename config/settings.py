@@ -142,6 +142,9 @@ GPUBOOK_BOOKING_LOCK_TIMEOUT_MS = env_int("GPUBOOK_BOOKING_LOCK_TIMEOUT_MS", 300
 GPUBOOK_BACKFILL_USAGE_FACTOR = env_float("GPUBOOK_BACKFILL_USAGE_FACTOR", 0.5)
 GPUBOOK_STOP_GRACE_SECONDS = env_int("GPUBOOK_STOP_GRACE_SECONDS", 60, minimum=0)
 GPUBOOK_NO_SHOW_MINUTES = env_int("GPUBOOK_NO_SHOW_MINUTES", 15, minimum=1)
+# Queue relief (scheduler.queue_relief): after this many minutes of waiting with no room, four
+# or more queued jobs may have a checkpointable backfill run stopped for them; 0 = off.
+GPUBOOK_QUEUE_RELIEF_MINUTES = env_int("GPUBOOK_QUEUE_RELIEF_MINUTES", 60, minimum=0)
 GPUBOOK_EXECUTOR = env_choice("EXECUTOR", "local", {"local", "kubernetes"})
 GPUBOOK_TICK_SECONDS = env_int("GPUBOOK_TICK_SECONDS", 5, minimum=1)
 # Directories a team's jobs may read data and weights from; "{team}" is the team's slug.

@@ -31,7 +31,7 @@ class EventType(models.TextChoices):
     RUN_CHECKPOINTED = "run.checkpointed", "Run checkpointed"
     RUN_FAILED = "run.failed", "Run failed"
     RUN_ANOMALY = "run.anomaly", "Run stopped for an anomaly"
-    RUN_PREEMPTED = "run.preempted", "Run stopped for a higher-priority job"
+    RUN_PREEMPTED = "run.preempted", "Run stopped to make room for other jobs"
     QUOTA_WARNING = "quota.warning", "Team quota 80 % used"
     QUOTA_EXHAUSTED = "quota.exhausted", "Team quota used up"
     JOB_WAITING = "job.waiting", "Job waiting in the queue"

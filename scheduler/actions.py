@@ -31,6 +31,7 @@ class Reason(StrEnum):
     NO_SHOW = "no_show"
     JOB_FINISHED_EARLY = "job_finished_early"
     PRIORITY_PREEMPTION = "priority_preemption"
+    QUEUE_RELIEF = "queue_relief"
 
     @property
     def sentence(self) -> str:
@@ -51,6 +52,8 @@ _SENTENCES = {
     "released and refunded.",
     Reason.PRIORITY_PREEMPTION: "A job of higher priority needs these GPUs; the run "
     "checkpoints and is queued again to resume.",
+    Reason.QUEUE_RELIEF: "Queued jobs have waited over the relief threshold with no room, and "
+    "this run's GPUs start the most of them; the run checkpoints and is queued again to resume.",
 }
 
 

@@ -7,7 +7,9 @@ The steps, each a policy module with its rule in its docstring:
 3. reservations_first: start the attached job of every reservation whose slot has begun;
 4. backfill (with queue_order, fair_share, quota): start queued jobs on idle GPUs;
 5. priority_preemption: an urgent/high job backfill could not start stops lower-priority
-   backfill runs to make room.
+   backfill runs to make room;
+6. queue_relief: if that stopped nothing and several jobs have waited long with no room,
+   the checkpointable backfill run whose GPUs start the most of them is stopped.
 
 Output order is fixed: kills, stops (deadlines, then preemptions), releases, starts; within each, the order the step
 visited them in (runs by id, reservations by start then id, jobs by queue order). The
@@ -36,6 +38,7 @@ from scheduler.index import IndexCache, ReservationIndex, runs_view_of, topology
 from scheduler.instants import check_now, converter_like, to_seconds
 from scheduler.policy import DEFAULT_POLICY, Policy
 from scheduler.priority_preemption import plan_priority_preemption
+from scheduler.queue_relief import plan_queue_relief
 from scheduler.quota import QuotaBook
 from scheduler.release import plan_releases
 from scheduler.reservations_first import start_reserved_runs
@@ -154,6 +157,21 @@ def plan_detailed(
         to_instant=to_instant,
         wakeups=wakeups,
     )
+    if not preemption_stops:
+        preemption_stops = plan_queue_relief(
+            queued_jobs=snapshot.queued_jobs,
+            runs=runs,
+            started_job_ids={start.job_id for start in (*reserved_starts, *backfill_starts)},
+            running_jobs=running_jobs,
+            stopping_run_ids={action.run_id for action in (*kills, *stops)},
+            occupied=occupied,
+            index=index,
+            topology=topology,
+            now_s=now_s,
+            policy=policy,
+            to_instant=to_instant,
+            wakeups=wakeups,
+        )
     if preemption_stops:
         # Their kill is due a grace period from now if they have not left by then.
         wakeups.append(now_s + policy.grace_s)

@@ -97,6 +97,15 @@ class Policy:
     # At most this many waiting urgent/high jobs are considered for preemption per plan.
     max_preempting_jobs_per_plan: int = 8
 
+    # Queue relief (scheduler.queue_relief): once `relief_min_jobs` queued jobs have waited
+    # this long with no room, the checkpointable backfill run whose GPUs start the most of
+    # them checkpoints and is requeued, one at a time. 1 h / 4 jobs: rows of the #15 matrix
+    # meeting every target 4 → 6 (seeds 1–4) and 4 → 5 (held out 5–8); without bookings at
+    # most 4.5 stops a replay, except ITP 0.95 (16.2 and 32.5 against a budget of 7.9, 1 % of
+    # its jobs); inf = off (the baselines).
+    relief_after_s: float = HOUR_S
+    relief_min_jobs: int = 4
+
     # Longest a backfill run of a team with a quota may hold before it checkpoints and is
     # requeued (at least twice its estimate), so one run cannot book a team's whole month.
     quota_lease_s: float = DAY_S

@@ -198,9 +198,11 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
             run, token = claimed
             _launch(run, executor=executor, now=now, report=report, token=token)
     elif isinstance(action, scheduler.Stop):
-        preempted = action.reason == scheduler.Reason.PRIORITY_PREEMPTION and action.for_job_id is not None
+        for_a_job = action.reason == scheduler.Reason.PRIORITY_PREEMPTION and action.for_job_id is not None
+        # Stopped for others' sake rather than by a deadline it knew: its owner is told at once.
+        preempted = for_a_job or action.reason == scheduler.Reason.QUEUE_RELIEF
         reason = action.reason.sentence
-        if preempted:
+        if for_a_job:
             victim_team = Run.objects.filter(pk=action.run_id).values_list("job__team_id", flat=True).first()
             reason = preemption_reason(for_job_id=action.for_job_id, victim_team_id=victim_team)
         if run_request_stop(run_id=action.run_id, now=now, kill_at=action.kill_at, reason=reason):

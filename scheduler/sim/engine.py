@@ -24,7 +24,8 @@ bug cannot hide in a metric.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+import math
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
@@ -37,6 +38,7 @@ from scheduler.index import IndexCache
 from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
 from scheduler.priority_preemption import PREEMPTING_CLASSES
+from scheduler.queue_relief import relief_due_s
 from scheduler.sim.calendar import Calendar
 from scheduler.snapshot import (
     Gpu,
@@ -182,6 +184,7 @@ class Simulation:
         self.policy = config.policy
         self.gpus = config.gpus
         self.gpu_ids = {gpu.id for gpu in self.gpus}
+        self._max_node_size = max(Counter(gpu.node for gpu in self.gpus).values(), default=0)
         self.jobs: dict[int, SimJob] = {job.id: job for job in jobs}
         self.bookings = sorted(bookings, key=lambda booking: (booking.booked_at_s, booking.id))
         self.booking_by_id = {booking.id: booking for booking in self.bookings}
@@ -261,7 +264,12 @@ class Simulation:
             if only_submissions and len(self.gpu_holder) == len(self.gpus):
                 # A new queued job changes nothing while every GPU is held by a run: plan's
                 # stops, kills and releases depend only on runs, reservations and time, and
-                # the time-driven ones have their own wake-ups. Skipping is an exact shortcut.
+                # the time-driven ones have their own wake-ups. Skipping is an exact shortcut,
+                # once the one timer a submission sets (queue relief's) is set as plan would.
+                self._wake_at(relief_due_s(
+                    queued_jobs=self.queue.values(), max_node_size=self._max_node_size,
+                    now_s=now_s, policy=self.policy,
+                ))
                 self.result.queue_length.append((now_s, len(self.queue)))
                 continue
             self._plan_at(now_s)
@@ -466,9 +474,13 @@ class Simulation:
         else:
             raise InvariantViolation(f"plan did not settle at t={now_s}")
         self.result.queue_length.append((now_s, len(self.queue)))
-        if next_wakeup is not None and next_wakeup not in self.scheduled_wakeups:
-            self.scheduled_wakeups.add(next_wakeup)
-            self._push(next_wakeup, _EventKind.WAKEUP, 0)
+        if next_wakeup is not None:
+            self._wake_at(next_wakeup)
+
+    def _wake_at(self, at_s: float) -> None:
+        if at_s < math.inf and at_s not in self.scheduled_wakeups:
+            self.scheduled_wakeups.add(at_s)
+            self._push(at_s, _EventKind.WAKEUP, 0)
 
     # ----- the simulated executor
 

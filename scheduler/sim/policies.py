@@ -12,7 +12,8 @@ through the very same `plan()` with features switched off:
   before that job's reserved start and before the next booking on its GPUs; no preemptible
   backfill, no releases. The replay hands every job its true duration as its estimate.
 * `gpubook`: everything: fair share with entry penalty and aging, backfill with runtime
-  estimates (Tsafrir), preemptible backfill, EASY protection, no-show/early-finish release.
+  estimates (Tsafrir), preemptible backfill, EASY protection, queue relief,
+  no-show/early-finish release.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def policy_for(name: str, *, grace_s: float = 60.0) -> Policy:
         use_estimates=False,
         release_no_show=False,
         release_early_finish=False,
+        relief_after_s=float("inf"),
         allow_multi_node=True,
     )
     if name in ("fifo", "reservations-only"):
@@ -53,6 +55,7 @@ def policy_for(name: str, *, grace_s: float = 60.0) -> Policy:
             protect_as_placed=False,
             release_no_show=False,
             release_early_finish=False,
+            relief_after_s=float("inf"),
             allow_multi_node=True,
         )
     if name == "gpubook":

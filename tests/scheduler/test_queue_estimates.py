@@ -13,12 +13,12 @@ from scheduler.queue_estimates import WaitReason, estimate_starts
 from tests.scheduler.builders import gpus, job, reservation, run, snapshot
 
 NOW = 100_000.0
-# The policy the golden estimates were recorded with: no size lanes, and non-checkpointable
-# jobs without an estimate placed like others (issue #15 item 2 changed both defaults later;
+# The policy the golden estimates were recorded with: no size lanes, non-checkpointable jobs
+# without an estimate placed like others, no queue relief (#15 changed these defaults later;
 # a policy change is not a roll-forward change).
 BEFORE_15_TUNING = replace(
     DEFAULT_POLICY, size_lane_weight=0.0, unknown_non_checkpointable_open_gpus_only=False,
-    protect_as_placed=False,
+    protect_as_placed=False, relief_after_s=float("inf"),
 )
 
 

@@ -39,8 +39,8 @@ def world(db, tmp_path, settings):
     return {"fake": FakeExecutor(), **people}
 
 
-def submit(world, who, name, *, team, priority, at):
-    document = {"task_name": name, "image": "yolo:v8n-cu118", "team": team, "resources": {"gpu": 2},
+def submit(world, who, name, *, team, priority, at, gpus=2):
+    document = {"task_name": name, "image": "yolo:v8n-cu118", "team": team, "resources": {"gpu": gpus},
                 "command": [sys.executable, "-c", "pass"], "checkpointable": True, "priority": priority}
     return job_submit(user=world[who], document=document, now=at)
 
@@ -88,3 +88,34 @@ def test_an_urgent_job_preempts_a_low_backfill_run_and_its_owner_is_told_why(wor
     tick(world, S + 17 * MIN)
     assert Run.objects.get(job=urgent).state in Run.LIVE
     assert len(preempted_notices()) == 1  # told once, though reconcile ticks on
+
+
+def test_long_waiting_jobs_get_a_checkpointable_run_stopped_and_its_owner_is_told(world):
+    """Queue relief through reconcile: alice's 2-GPU run holds the node; after an hour, four
+    1-GPU jobs of bob's fit its GPUs (relief_min_jobs is 4 by default; here the node has 2
+    GPUs, so two more are added)."""
+    node = Gpu.objects.first().node
+    for index in (2, 3):
+        Gpu.objects.create(node=node, index=index, model_name="RTX 4090", memory_mib=24564)
+    sweep = submit(world, "alice", "sweep", team="vision", priority="medium", at=S - MIN, gpus=4)
+    tick(world, S)
+    (run,) = Run.objects.filter(job=sweep, state=Run.State.RUNNING)
+    waiting = [submit(world, "bob", f"probe-{n}", team="nlp", priority="medium", at=S + 5 * MIN, gpus=1)
+               for n in range(4)]
+    assert tick(world, S + 64 * MIN).stopped == []  # not an hour yet
+    assert preempted_notices() == []
+
+    report = tick(world, S + 65 * MIN)
+    assert report.stopped == [run.pk]
+    run.refresh_from_db()
+    assert run.state == Run.State.STOPPING and "Queued jobs have waited" in run.reason
+    (notice,) = preempted_notices()
+    assert notice.payload["job"] == {"id": sweep.pk, "name": "sweep"}
+    assert list(notice.deliveries.values_list("user__username", flat=True)) == ["alice"]
+
+    world["fake"].checkpoint(run.pk, epoch=2)
+    tick(world, S + 66 * MIN)
+    sweep.refresh_from_db()
+    assert sweep.state == TrainingJob.State.QUEUED and sweep.times_preempted == 1
+    tick(world, S + 67 * MIN)
+    assert all(Run.objects.get(job=job).state in Run.LIVE for job in waiting)
