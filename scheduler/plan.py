@@ -143,7 +143,9 @@ def plan_detailed(
         policy=policy,
         to_instant=to_instant,
     )
-    preemption_stops = plan_priority_preemption(
+    # The two steps that may stop runs for queued jobs see the same state: what this plan
+    # has already started, stopped and killed.
+    stopping_state = dict(
         queued_jobs=snapshot.queued_jobs,
         runs=runs,
         started_job_ids={start.job_id for start in (*reserved_starts, *backfill_starts)},
@@ -157,21 +159,9 @@ def plan_detailed(
         to_instant=to_instant,
         wakeups=wakeups,
     )
-    if not preemption_stops:
-        preemption_stops = plan_queue_relief(
-            queued_jobs=snapshot.queued_jobs,
-            runs=runs,
-            started_job_ids={start.job_id for start in (*reserved_starts, *backfill_starts)},
-            running_jobs=running_jobs,
-            stopping_run_ids={action.run_id for action in (*kills, *stops)},
-            occupied=occupied,
-            index=index,
-            topology=topology,
-            now_s=now_s,
-            policy=policy,
-            to_instant=to_instant,
-            wakeups=wakeups,
-        )
+    preemption_stops = plan_priority_preemption(**stopping_state) or plan_queue_relief(
+        **stopping_state
+    )
     if preemption_stops:
         # Their kill is due a grace period from now if they have not left by then.
         wakeups.append(now_s + policy.grace_s)
