@@ -99,10 +99,10 @@ class Policy:
 
     # Queue relief (scheduler.queue_relief): once `relief_min_jobs` queued jobs have waited
     # this long with no room, the checkpointable backfill run whose GPUs start the most of
-    # them checkpoints and is requeued, one at a time. 1 h / 4 jobs: rows of the #15 matrix
-    # meeting every target 4 → 6 (seeds 1–4) and 4 → 5 (held out 5–8); without bookings at
-    # most 4.5 stops a replay, except ITP 0.95 (16.2 and 32.5 against a budget of 7.9, 1 % of
-    # its jobs); inf = off (the baselines).
+    # them checkpoints and is requeued, one at a time, each job at most once. 1 h / 4 jobs:
+    # rows of the #15 matrix meeting every target 4 → 6 (seeds 1–4, and held out 5–8);
+    # without bookings at most 8.0 stops a replay (ITP 0.95; its budget, 1 % of its jobs, is
+    # 7.9); inf = off (the baselines).
     relief_after_s: float = HOUR_S
     relief_min_jobs: int = 4
 

@@ -129,6 +129,9 @@ class Run:
     # Whether the job saves a checkpoint on Stop (the YOLO runner does): priority
     # preemption stops such runs first, since the others lose all their work.
     checkpointable: bool = True
+    # How often the job's backfill runs were stopped before they finished (bookings, urgent
+    # jobs, relief): queue relief stops a job at most once.
+    times_preempted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

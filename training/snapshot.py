@@ -70,13 +70,15 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
             started_at=started_at or created_at, team=team, user=user, reservation_id=reservation_id,
             must_end_by=must_end_by, stop_requested_at=stop_requested_at, estimated_end=estimated_end,
             priority=scheduler.Priority(priority), checkpointable=checkpointable,
+            times_preempted=times_preempted,
         )
         for (pk, job_id, gpu_ids, kind, started_at, created_at, team, user, reservation_id, must_end_by,
-             stop_requested_at, estimated_end, priority, checkpointable)
+             stop_requested_at, estimated_end, priority, checkpointable, times_preempted)
         in Run.objects.filter(state__in=Run.LIVE).values_list(
             "pk", "job_id", "gpu_ids", "kind", "started_at", "created_at", "job__team_id", "job__user_id",
             "reservation_id", "must_end_by", "stop_requested_at", "estimated_end", "job__priority",
             "job__checkpointable",  # priority preemption stops checkpointable runs first
+            "job__times_preempted",  # queue relief stops a job at most once
         )
     )
     return scheduler.Snapshot(

@@ -574,6 +574,7 @@ class Simulation:
             estimated_end=action.estimated_end,
             priority=job.priority,
             checkpointable=job.checkpointable,
+            times_preempted=job.times_preempted,
         )
         live = _LiveRun(run, job, overhead_s, natural_end_s, natural_end_s, "completed")
         self.runs[run_id] = live

@@ -93,13 +93,14 @@ def run(
     user: str = "alice",
     priority: Priority = Priority.MEDIUM,
     checkpointable: bool = True,
+    times_preempted: int = 0,
 ) -> Run:
     return Run(
         id=run_id, job_id=job_id if job_id is not None else 1000 + run_id, gpu_ids=gpu_ids,
         kind=kind, started_at=started_at, team=team, user=user,
         reservation_id=reservation_id, must_end_by=must_end_by,
         stop_requested_at=stop_requested_at, estimated_end=estimated_end, priority=priority,
-        checkpointable=checkpointable,
+        checkpointable=checkpointable, times_preempted=times_preempted,
     )
 
 

@@ -102,6 +102,7 @@ def test_a_plan_that_starts_a_job_stops_nothing_for_relief():
 @pytest.mark.parametrize("victim", [
     pytest.param(dict(checkpointable=False), id="cannot-checkpoint"),
     pytest.param(dict(priority=Priority.HIGH), id="high"),
+    pytest.param(dict(times_preempted=1), id="preempted-before"),
     pytest.param(dict(kind=RunKind.RESERVED, reservation_id=7), id="in-its-booking"),
     pytest.param(dict(started_at=NOW - 300), id="too-young"),
 ])

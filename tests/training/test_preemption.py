@@ -119,3 +119,15 @@ def test_long_waiting_jobs_get_a_checkpointable_run_stopped_and_its_owner_is_tol
     assert sweep.state == TrainingJob.State.QUEUED and sweep.times_preempted == 1
     tick(world, S + 67 * MIN)
     assert all(Run.objects.get(job=job).state in Run.LIVE for job in waiting)
+
+    # The sweep resumes when they finish; it has given way once, so a second wave of
+    # long-waiting jobs does not stop it again (the snapshot carries times_preempted).
+    for job in waiting:
+        world["fake"].finish(Run.objects.get(job=job).pk)
+    tick(world, S + 70 * MIN)
+    (resumed,) = Run.objects.filter(job=sweep, state__in=Run.LIVE)
+    for n in range(4):
+        submit(world, "bob", f"probe-again-{n}", team="nlp", priority="medium", at=S + 71 * MIN, gpus=1)
+    assert tick(world, S + 140 * MIN).stopped == []
+    resumed.refresh_from_db()
+    assert resumed.state == Run.State.RUNNING and len(preempted_notices()) == 1
