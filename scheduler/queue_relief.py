@@ -29,7 +29,7 @@ the run loses a checkpoint's worth of time. With `relief_after_s` at 1 h and
 `relief_min_jobs` 4 the evaluation matrix (#15) meets every target on 6 of 18 rows instead
 of 4, on seeds 1–4 and on the held-out 5–8 (BENCHMARKS.md, "Seventh round" and "Ninth
 round"). Rule 2's "starts no job" and rule 6 keep its cost small (the whole philly replay
-+15–19 % instead of +38 %); rule 3's "at most once per job" keeps its stops near 1 % of the
++10–16 % instead of +38 %); rule 3's "at most once per job" keeps its stops near 1 % of the
 jobs where it stops most (ITP at 0.95 without bookings: 8.0 and 7.5 a replay, not 16.2 and 32.5).
 """
 
