@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
@@ -34,7 +34,7 @@ from scheduler.actions import Action, Kill, Reason, Release, Start, Stop
 from scheduler.booking_placement import Occupant, choose_gpus
 from scheduler.estimate import estimate_from_recent, grown_estimate, size_class
 from scheduler.fair_share import decayed_gpu_seconds
-from scheduler.index import IndexCache
+from scheduler.index import IndexCache, topology_of
 from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
 from scheduler.priority_preemption import PREEMPTING_CLASSES
@@ -184,7 +184,7 @@ class Simulation:
         self.policy = config.policy
         self.gpus = config.gpus
         self.gpu_ids = {gpu.id for gpu in self.gpus}
-        self._max_node_size = max(Counter(gpu.node for gpu in self.gpus).values(), default=0)
+        self._max_node_size = topology_of(tuple(self.gpus)).max_node_size
         self.jobs: dict[int, SimJob] = {job.id: job for job in jobs}
         self.bookings = sorted(bookings, key=lambda booking: (booking.booked_at_s, booking.id))
         self.booking_by_id = {booking.id: booking for booking in self.bookings}
