@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.db import connection
@@ -26,6 +27,7 @@ from playwright.sync_api import expect
 from gpus.models import Gpu, Node
 from reservations import services
 from reservations.models import Membership, Reservation, Team, UserProfile
+from reservations.timegrid import ceil_to_slot
 from tests.e2e.production import ROOT, collectstatic, production_env, production_stack
 from tests.e2e.test_calendar import drag
 from training.models import Run, TrainingImage
@@ -136,7 +138,7 @@ def test_production_stack_end_to_end(stack, world, browser, screenshots):
     # left, wait for the next slot to begin rather than race its end (CI once crossed it
     # between the first booking and the conflicting one).
     now = timezone.now()
-    slot_left_s = 1800 - (now.minute % 30) * 60 - now.second - now.microsecond / 1e6
+    slot_left_s = (ceil_to_slot(now, slot_minutes=settings.GPUBOOK_SLOT_MINUTES) - now).total_seconds()
     if slot_left_s < 180:
         time.sleep(slot_left_s + 1)
     now_local = timezone.now().astimezone(zone)

@@ -91,8 +91,8 @@ def test_an_urgent_job_preempts_a_low_backfill_run_and_its_owner_is_told_why(wor
 
 
 def test_long_waiting_jobs_get_a_checkpointable_run_stopped_and_its_owner_is_told(world):
-    """Queue relief through reconcile: alice's 2-GPU run holds the node; after an hour, four
-    1-GPU jobs of bob's fit its GPUs (relief_min_jobs is 4 by default; here the node has 2
+    """Queue relief through reconcile: alice's 4-GPU run holds the node; after an hour, four
+    1-GPU jobs of bob's fit its GPUs (relief_min_jobs is 4 by default; the world's node has 2
     GPUs, so two more are added)."""
     node = Gpu.objects.first().node
     for index in (2, 3):
