@@ -160,7 +160,7 @@ def plan_detailed(
         wakeups=wakeups,
     )
     preemption_stops = plan_priority_preemption(**stopping_state) or plan_queue_relief(
-        **stopping_state
+        **stopping_state, history=snapshot.relief_history
     )
     if preemption_stops:
         # Their kill is due a grace period from now if they have not left by then.

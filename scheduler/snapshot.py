@@ -33,6 +33,10 @@ How to build a snapshot (the contract for the DB adapter):
   the runs in `runs` is added by plan itself.
 * `teams`: fair-share share, remaining quota and the admin's over-quota permission per
   team. A team without an account gets `Policy.default_team_share` and no quota limit.
+* `relief_history`: queue relief's past within the last `Policy.relief_budget_window_s`:
+  when relief asked runs to stop, and how many jobs were submitted to the queue (not to a
+  booking). Its budget reads it; the default (nothing recorded) leaves relief unbounded but
+  for `Policy.relief_budget_extra`.
 """
 
 from __future__ import annotations
@@ -154,6 +158,12 @@ class TeamAccount:
 
 
 @dataclass(frozen=True, slots=True)
+class ReliefHistory:
+    stops: tuple[Instant, ...] = ()
+    jobs_submitted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     gpus: tuple[Gpu, ...]
     reservations: tuple[Reservation, ...] = ()
@@ -161,3 +171,4 @@ class Snapshot:
     runs: tuple[Run, ...] = ()
     usage: tuple[Usage, ...] = ()
     teams: tuple[TeamAccount, ...] = ()
+    relief_history: ReliefHistory = ReliefHistory()

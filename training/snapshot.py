@@ -84,7 +84,19 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
     return scheduler.Snapshot(
         gpus=gpus, reservations=tuple(reservations), queued_jobs=queued, runs=runs,
         usage=_usage(now=now, policy=policy), teams=_team_accounts(now=now, policy=policy),
+        relief_history=_relief_history(now=now, policy=policy),
     )
+
+
+def _relief_history(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.ReliefHistory:
+    """Queue relief's budget window: its stops (a relieved run keeps relief's sentence as its
+    reason through its checkpoint) and the jobs submitted to the queue."""
+    since = now - dt.timedelta(seconds=policy.relief_budget_window_s)
+    stops = Run.objects.filter(
+        reason=scheduler.Reason.QUEUE_RELIEF.sentence, stop_requested_at__gt=since
+    ).values_list("stop_requested_at", flat=True)
+    submitted = TrainingJob.objects.filter(submitted_at__gt=since, reservation__isnull=True).count()
+    return scheduler.ReliefHistory(stops=tuple(stops), jobs_submitted=submitted)
 
 
 def _usage(*, now: dt.datetime, policy: scheduler.Policy) -> tuple[scheduler.Usage, ...]:

@@ -45,6 +45,7 @@ from scheduler.snapshot import (
     Id,
     Priority,
     QueuedJob,
+    ReliefHistory,
     Reservation,
     ReservationStatus,
     Run,
@@ -223,6 +224,10 @@ class Simulation:
         self._constant_teams: tuple[TeamAccount, ...] | None = None
         self.reservation_ends: list[tuple[float, int]] = []
         self._reservations_tuple: tuple[Reservation, ...] | None = None
+        # Queue relief's budget window (Policy.relief_budget_window_s), as reconcile reads it
+        # from the database: when relief stopped runs, and when jobs were first submitted.
+        self._relief_stops_s: deque[float] = deque()
+        self._submits_s: deque[float] = deque()
         # Kept while no run starts, ends or is asked to stop: plan memoises its runs view on it.
         self._runs_tuple: tuple[Run, ...] | None = None
         # The simulator's own memo of plan's indexes (keyed on the tuples it keeps).
@@ -309,6 +314,7 @@ class Simulation:
 
     def _handle(self, now_s: float, kind: _EventKind, payload: int) -> None:
         if kind == _EventKind.SUBMIT:
+            self._submits_s.append(now_s)
             self._submit(self.jobs[payload], now_s)
         elif kind == _EventKind.BOOKING_VISIBLE:
             booking = self.booking_by_id[payload]
@@ -454,7 +460,15 @@ class Simulation:
             runs=self._runs_tuple,
             usage=tuple(self.usage.values()),
             teams=teams,
+            relief_history=self._relief_history(now_s),
         )
+
+    def _relief_history(self, now_s: float) -> ReliefHistory:
+        since_s = now_s - self.policy.relief_budget_window_s
+        for moments in (self._relief_stops_s, self._submits_s):
+            while moments and moments[0] <= since_s:
+                moments.popleft()
+        return ReliefHistory(stops=tuple(self._relief_stops_s), jobs_submitted=len(self._submits_s))
 
     def _plan_at(self, now_s: float) -> None:
         next_wakeup = None
@@ -603,6 +617,8 @@ class Simulation:
         if action.grace_s < self.policy.grace_s - EPSILON_S:
             raise InvariantViolation(f"stop with less than the grace period: {action} at {now_s}")
         live.run = replace(live.run, stop_requested_at=now_s)
+        if action.reason == Reason.QUEUE_RELIEF:
+            self._relief_stops_s.append(now_s)
         self._runs_tuple = None
         if not live.job.checkpointable:
             self._end_run(live, now_s, "stopped_lost")

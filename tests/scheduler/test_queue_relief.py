@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler import DEFAULT_POLICY, Priority, Reason, RunKind, Start, Stop, plan
+from scheduler import DEFAULT_POLICY, Priority, Reason, ReliefHistory, RunKind, Start, Stop, plan
 from scheduler.plan import plan_detailed
 from scheduler.sim.engine import SimJob, Simulation, SimulationConfig
 from scheduler.sim.policies import policy_for
@@ -141,6 +141,32 @@ def test_one_relief_at_a_time():
     assert relief_stops(plan(apply(state, first, NOW), NOW + 10)) == []
 
 
+def test_the_budget_spent_stops_nothing_until_enough_stops_leave_its_window():
+    # 99 jobs submitted this week allow floor(0.99) + 2 = 2 stops; two were made, the older
+    # five days ago: relief waits until it is a week old.
+    week = DEFAULT_POLICY.relief_budget_window_s
+    spent = ReliefHistory(stops=(NOW - 2 * HOUR, NOW - 5 * 86_400.0), jobs_submitted=99)
+    state = replace(
+        snapshot(gpus=gpus(nodes=1, per_node=8), runs=(run(1, tuple(range(8)), started_at=0.0),),
+                 queued_jobs=waiting(8)),
+        relief_history=spent,
+    )
+    result = plan_detailed(state, NOW)
+    assert relief_stops(result.actions) == []
+    assert result.next_wakeup == NOW - 5 * 86_400.0 + week
+    # What reconcile reads a week after that stop no longer holds it.
+    left = replace(state, relief_history=replace(spent, stops=spent.stops[:1]))
+    assert [stop.run_id for stop in relief_stops(plan(left, result.next_wakeup))] == [1]
+    # A hundredth job submitted in the week makes room for a third stop at once.
+    more = replace(state, relief_history=replace(spent, jobs_submitted=100))
+    assert [stop.run_id for stop in relief_stops(plan(more, NOW))] == [1]
+    # With neither a share nor extra stops, relief never acts (and never asks to wake).
+    none = replace(DEFAULT_POLICY, relief_budget_share=0.0, relief_budget_extra=0)
+    empty = replace(state, relief_history=ReliefHistory())
+    assert plan_detailed(empty, NOW, none).actions == ()
+    assert plan_detailed(empty, NOW, none).next_wakeup is None
+
+
 def test_off_in_the_policy():
     state = snapshot(gpus=gpus(nodes=1, per_node=8), runs=(run(1, tuple(range(8)), started_at=0.0),),
                      queued_jobs=waiting(8))
@@ -174,3 +200,29 @@ def test_a_burst_on_a_full_node_stops_the_long_run_once_and_it_resumes_after():
         jobs(), (),
     ).run()
     assert {fifo.jobs[job.id].first_start_s for job in burst} == {86_400.0}
+
+
+def test_in_a_replay_relief_stops_no_more_than_its_budget():
+    """Through the simulator: four nodes each held by a day-long 8-GPU run; a burst of four
+    1-GPU jobs every three hours. Each burst would have one long run relieved (each job at most
+    once: four stops); 20 jobs submitted allow floor(0.2) + 2 = 2 stops, so the last two bursts
+    wait for a run to end."""
+    def jobs() -> list[SimJob]:
+        long_runs = [SimJob(id=n, user="ann", team="vision", gpus=8, submit_s=0.0, duration_s=86_400.0)
+                     for n in range(1, 5)]
+        bursts = [SimJob(id=10 + 4 * wave + n, user="bob", team="vision", gpus=1,
+                         submit_s=600.0 + wave * 3 * HOUR, duration_s=1800.0)
+                  for wave in range(4) for n in range(4)]
+        return [*long_runs, *bursts]
+
+    def relieved(policy) -> list[int]:
+        config = SimulationConfig(gpus=make_gpus(32, 8), policy=policy,
+                                  team_quota_gpu_s={"vision": 1e12}, restart_overhead_s=60.0)
+        result = Simulation(config, jobs(), ()).run()
+        assert all(job.completed_s is not None for job in result.jobs.values())
+        return [record.job_id for record in result.run_records if record.how == "checkpointed"]
+
+    assert len(relieved(policy_for("gpubook"))) == 2
+    # The negative control: a budget that does not bind lets each burst stop a long run.
+    unbounded = replace(policy_for("gpubook"), relief_budget_extra=100)
+    assert sorted(relieved(unbounded)) == [1, 2, 3, 4]

@@ -10,6 +10,7 @@ import sys
 import pytest
 from django.contrib.auth import get_user_model
 
+import scheduler
 from gpus.models import Gpu, Node
 from notifications.models import EventType, Notice
 from reservations.models import Membership, Team
@@ -20,6 +21,8 @@ from training.services import job_submit
 
 UTC = dt.UTC
 MIN = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)
 S = dt.datetime(2031, 3, 3, 9, 0, tzinfo=UTC)
 
 
@@ -131,3 +134,30 @@ def test_long_waiting_jobs_get_a_checkpointable_run_stopped_and_its_owner_is_tol
     assert tick(world, S + 140 * MIN).stopped == []
     resumed.refresh_from_db()
     assert resumed.state == Run.State.RUNNING and len(preempted_notices()) == 1
+
+
+def test_relief_stops_recorded_this_week_spend_its_budget(world):
+    """Relief's budget as reconcile reads it from the database: two runs relieved in the last
+    week (their reason is relief's sentence) and a handful of jobs submitted allow no third
+    stop until the older of the two is a week old."""
+    node = Gpu.objects.first().node
+    for index in (2, 3):
+        Gpu.objects.create(node=node, index=index, model_name="RTX 4090", memory_mib=24564)
+    earlier = submit(world, "alice", "earlier", team="vision", priority="medium", at=S - 6 * DAY, gpus=1)
+    for stopped_at in (S - 7 * DAY + 2 * HOUR, S - DAY):
+        Run.objects.create(
+            job=earlier, kind=Run.Kind.BACKFILL, node=node, gpu_ids=[1], gpu_indices=[0],
+            state=Run.State.CHECKPOINTED, reason=scheduler.Reason.QUEUE_RELIEF.sentence,
+            created_at=stopped_at - HOUR, started_at=stopped_at - HOUR, stop_requested_at=stopped_at,
+            ended_at=stopped_at + MIN, must_end_by=stopped_at + DAY,
+        )
+    TrainingJob.objects.filter(pk=earlier.pk).update(state=TrainingJob.State.SUCCEEDED)
+    sweep = submit(world, "alice", "sweep", team="vision", priority="medium", at=S - MIN, gpus=4)
+    tick(world, S)
+    (run,) = Run.objects.filter(job=sweep, state=Run.State.RUNNING)
+    for n in range(4):
+        submit(world, "bob", f"probe-{n}", team="nlp", priority="medium", at=S + 5 * MIN, gpus=1)
+    assert tick(world, S + 65 * MIN).stopped == []  # an hour waited, but the budget is spent
+    assert tick(world, S + 2 * HOUR - MIN).stopped == []
+    assert tick(world, S + 2 * HOUR).stopped == [run.pk]  # the older stop is a week old
+    assert len(preempted_notices()) == 1
