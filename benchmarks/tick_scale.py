@@ -80,7 +80,7 @@ def build(scale: int):
             user, team = users[number % len(users)]
             job_submit(user=user, now=at, document={
                 "task_name": f"{prefix} {number}", "image": "yolo:v8n-cu118", "team": team.slug,
-                "command": [sys.executable, "-c", "pass"],
+                "command": [sys.executable, "-c", "pass"], "checkpointable": True,
             })
 
     # 300 × scale runs, started by reconcile itself.
