@@ -57,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gpubook-slots-"))
     env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": REDIS_URL, "SECRET_KEY": "bench", "DEBUG": "false",
            "GPUBOOK_VAR_DIR": str(workdir / "var"), "GPUBOOK_TICK_SECONDS": str(TICK_S),
-           "GPUBOOK_STOP_GRACE_SECONDS": str(GRACE_S)}
-    django_on(url, GPUBOOK_VAR_DIR=str(workdir / "var"))
+           "GPUBOOK_STOP_GRACE_SECONDS": str(GRACE_S),
+           # Its jobs are bare commands run by the local executor: the single-workstation mode
+           # (a shared server refuses command jobs unless GPUBOOK_JOB_USER is set).
+           "GPUBOOK_SINGLE_USER": "true"}
+    django_on(url, GPUBOOK_VAR_DIR=str(workdir / "var"), GPUBOOK_SINGLE_USER="true")
     from django.contrib.auth import get_user_model
 
     from gpus.models import Gpu, Node
