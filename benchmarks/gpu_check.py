@@ -35,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from run_all import NOT_RUN_HERE
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -155,7 +157,7 @@ def main() -> int:
     names = gpus()
     if not names:
         print(json.dumps({"error": "no CUDA GPU visible; this check is for a GPU machine"}))
-        return 2
+        return NOT_RUN_HERE
     root = options.out.resolve()
     root.mkdir(parents=True, exist_ok=True)
     from training.runner.dataset import make_demo_dataset
