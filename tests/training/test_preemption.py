@@ -31,15 +31,18 @@ def world(db, tmp_path, settings):
     settings.GPUBOOK_RUNS_DIR = tmp_path / "runs"
     settings.GPUBOOK_STOP_GRACE_SECONDS = 60
     TrainingImage.objects.get_or_create(name="yolo", tag="v8n-cu118")
-    node = Node.objects.create(name="ws-1")
-    for index in range(2):
-        Gpu.objects.create(node=node, index=index, model_name="RTX 4090", memory_mib=24564)
+    add_gpus(Node.objects.create(name="ws-1"), range(2))
     teams = {slug: Team.objects.create(name=slug, slug=slug, monthly_gpu_hours=1000) for slug in ("vision", "nlp")}
     people = {}
     for name, slug in (("alice", "vision"), ("dave", "vision"), ("bob", "nlp")):
         people[name] = get_user_model().objects.create_user(username=name, email=f"{name}@example.org")
         Membership.objects.create(team=teams[slug], user=people[name])
     return {"fake": FakeExecutor(), **people}
+
+
+def add_gpus(node, indices) -> None:
+    for index in indices:
+        Gpu.objects.create(node=node, index=index, model_name="RTX 4090", memory_mib=24564)
 
 
 def submit(world, who, name, *, team, priority, at, gpus=2):
@@ -97,9 +100,7 @@ def test_long_waiting_jobs_get_a_checkpointable_run_stopped_and_its_owner_is_tol
     """Queue relief through reconcile: alice's 4-GPU run holds the node; after an hour, four
     1-GPU jobs of bob's fit its GPUs (relief_min_jobs is 4 by default; the world's node has 2
     GPUs, so two more are added)."""
-    node = Gpu.objects.first().node
-    for index in (2, 3):
-        Gpu.objects.create(node=node, index=index, model_name="RTX 4090", memory_mib=24564)
+    add_gpus(Gpu.objects.first().node, (2, 3))
     sweep = submit(world, "alice", "sweep", team="vision", priority="medium", at=S - MIN, gpus=4)
     tick(world, S)
     (run,) = Run.objects.filter(job=sweep, state=Run.State.RUNNING)
@@ -141,8 +142,7 @@ def test_relief_stops_recorded_this_week_spend_its_budget(world):
     week (their reason is relief's sentence) and a handful of jobs submitted allow no third
     stop until the older of the two is a week old."""
     node = Gpu.objects.first().node
-    for index in (2, 3):
-        Gpu.objects.create(node=node, index=index, model_name="RTX 4090", memory_mib=24564)
+    add_gpus(node, (2, 3))
     earlier = submit(world, "alice", "earlier", team="vision", priority="medium", at=S - 6 * DAY, gpus=1)
     for stopped_at in (S - 7 * DAY + 2 * HOUR, S - DAY):
         Run.objects.create(
