@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=10_000)
     args = parser.parse_args(argv)
+    if args.requests < 100:
+        parser.error("--requests must be at least 100: the baseline is taken after 100")
     url = fresh_database(DATABASE)
     token, team_id, gpu_ids = seed()
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             marks: dict[int, int] = {}
 
             def on_progress(number: int) -> None:
-                if number == 100 or number % 2000 == 0:
+                if number == 100 or number % 2000 == 0 or number == args.requests:
                     marks[number] = rss_kib(pid)
                     print(f"  after {number:>6,} requests: worker RSS {marks[number] / 1024:.1f} MiB", flush=True)
 
