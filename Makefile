@@ -63,7 +63,7 @@ test-sqlite: install
 	@echo "== tests on SQLite (the embedded default) =="
 	DATABASE_URL="sqlite:///$(CURDIR)/var/test-gpubook.sqlite3" $(BIN)/pytest -q -p no:cacheprovider $(SQLITE_SELECTION) tests
 
-bench: install
+bench: install chromium
 	$(BIN)/python benchmarks/run_all.py
 
 # The app image and the trainer images (deploy/images): needs a Docker engine; says SKIPPED

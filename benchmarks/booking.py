@@ -84,7 +84,7 @@ def start_server(port: int, *, workers: int, threads: int) -> subprocess.Popen:
     server = subprocess.Popen(
         [str(ROOT / ".venv/bin/gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{port}", "-k", "gthread",
          "-w", str(workers), "--threads", str(threads), "--log-level", "warning",
-         "-c", str(ROOT / "benchmarks/gunicorn_ready.py")],
+         "-c", str(ROOT / "benchmarks/_gunicorn_ready.py")],
         cwd=ROOT, env=env,
     )
     deadline = time.monotonic() + 60

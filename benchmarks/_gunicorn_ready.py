@@ -1,4 +1,4 @@
-"""gunicorn settings for the benchmarks (``-c benchmarks/gunicorn_ready.py``): each worker
+"""gunicorn settings for the benchmarks (``-c benchmarks/_gunicorn_ready.py``): each worker
 touches ``$GPUBOOK_BENCH_READY_DIR/<pid>`` once it has loaded the app. The master listens
 before its workers have imported Django, so a connection that succeeds does not mean a
 booted server; a benchmark waits for one file per worker before it starts its clock."""
