@@ -19,6 +19,12 @@
   over nodes, held for a waiting wide job, kept free before a booking, or passed over by
   the order. It tells waiting that only more GPUs or stopping runs could cut from waiting a
   placement or order could (#15: BENCHMARKS.md, "Seventh round").
+* `requeue_wait_mean_s`: the time queued jobs spent queued *again* after one of their runs was
+  stopped (each restart − the stop before it), summed per job and averaged over the same jobs
+  as `wait_*`; `requeue_wait_max_s`: the most one job spent so. `wait_*` counts only the wait
+  for a first start, so without these a policy that stops runs to start others (queue
+  relief, preemptible backfill before bookings) looks better than its stopped jobs see it
+  (#15: BENCHMARKS.md, "Twelfth round").
 """
 
 from __future__ import annotations
@@ -91,6 +97,21 @@ def no_room_share(
     return no_room / total
 
 
+def requeue_waits(records: Iterable[RunRecord], skip_job_ids: set[int]) -> dict[int, float]:
+    """Per job (those in `skip_job_ids` left out): the time between the end of each of its
+    runs and the start of its next run, summed; only jobs run more than once appear."""
+    runs_by_job: dict[int, list[RunRecord]] = {}
+    for record in records:
+        if record.job_id not in skip_job_ids:
+            runs_by_job.setdefault(record.job_id, []).append(record)
+    waits: dict[int, float] = {}
+    for job_id, runs in runs_by_job.items():
+        if len(runs) > 1:
+            runs.sort(key=lambda record: record.start_s)
+            waits[job_id] = sum(later.start_s - earlier.end_s for earlier, later in pairwise(runs))
+    return waits
+
+
 def _overlap(start: float, end: float, window_start: float, window_end: float) -> float:
     return max(0.0, min(end, window_end) - max(start, window_start))
 
@@ -161,6 +182,7 @@ def compute_metrics(
         1 for team, charge in result.team_charges_gpu_s.items() if charge > quotas.get(team, 0)
     )
     waits = [first_start_s - submit_s for submit_s, first_start_s, _ in waiting]
+    requeued = requeue_waits(result.run_records, booked_job_ids)
     user_means = [sum(values) / len(values) for values in slowdowns_by_user.values()]
     lost_gpu_hours = (
         sum(
@@ -178,6 +200,8 @@ def compute_metrics(
         "wait_p50_s": percentile(waits, 0.5),
         "wait_p95_s": percentile(waits, 0.95),
         "wait_no_room_share": no_room_share(result.run_records, waiting, gpus_total),
+        "requeue_wait_mean_s": sum(requeued.values()) / len(waits) if waits else 0.0,
+        "requeue_wait_max_s": max(requeued.values(), default=0.0),
         "slowdown_mean": sum(slowdowns) / len(slowdowns) if slowdowns else 0.0,
         "jain_fairness": jain_index(user_means),
         "preemptions": preemptions,

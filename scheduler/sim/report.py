@@ -12,6 +12,7 @@ METRIC_COLUMNS = (
     ("wait_mean_s", "mean wait s", "{:,.0f}"),
     ("wait_p95_s", "p95 wait s", "{:,.0f}"),
     ("wait_no_room_share", "no-room wait", "{:.0%}"),
+    ("requeue_wait_mean_s", "requeue wait s", "{:,.0f}"),
     ("slowdown_mean", "bounded slowdown", "{:,.1f}"),
     ("utilization", "util", "{:.3f}"),
     ("goodput", "goodput", "{:.3f}"),

@@ -1,12 +1,15 @@
 """`wait_no_room_share`: how much of the queued jobs' waiting no placement could have
-avoided without stopping a run (the whole cluster had fewer idle GPUs than the job needs)."""
+avoided without stopping a run (the whole cluster had fewer idle GPUs than the job needs);
+`requeue_wait_*`: the waiting of stopped jobs for their next start, which `wait_*` leaves out."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from scheduler.sim.engine import RunRecord, SimJob, Simulation, SimulationConfig
-from scheduler.sim.metrics import compute_metrics, no_room_share
+from scheduler.sim.metrics import compute_metrics, no_room_share, requeue_waits
 from scheduler.sim.policies import policy_for
 from scheduler.sim.workload import Workload, make_gpus
 from scheduler.snapshot import RunKind
@@ -66,3 +69,29 @@ def test_gpus_spread_over_nodes_are_room_a_placement_could_have_used():
     )
     assert metrics["wait_mean_s"] == pytest.approx(998.0 / 3)
     assert metrics["wait_no_room_share"] == 0.0
+
+
+def test_requeue_waits_sum_each_jobs_gaps_between_its_runs():
+    def run_of(job_id: int, run_id: int, start_s: float, end_s: float) -> RunRecord:
+        return replace(_record(run_id, 1, start_s, end_s), job_id=job_id)
+
+    # Job 7 ran three times (listed out of order), job 8 once.
+    runs = [run_of(7, 1, 0.0, 100.0), run_of(7, 5, 900.0, 950.0), run_of(8, 3, 50.0, 60.0),
+            run_of(7, 2, 400.0, 500.0)]
+    # Job 7: (400 - 100) + (900 - 500); a job run once does not appear, a skipped one neither.
+    assert requeue_waits(runs, set()) == {7: 700.0}
+    assert requeue_waits(runs, {7}) == {}
+
+
+def test_a_job_stopped_for_others_waits_again_and_that_is_counted_apart():
+    """Through the simulator: queue relief stops the day-long 8-GPU run for four 1-GPU jobs
+    that waited an hour; it is queued again until they end (30 min). Its first wait was 0, so
+    `wait_mean_s` sees only the burst's hour; the half hour it waits again is the requeue wait."""
+    jobs = [SimJob(id=1, user="ann", team="vision", gpus=8, submit_s=0.0, duration_s=86_400.0),
+            *(SimJob(id=10 + n, user="bob", team="vision", gpus=1, submit_s=600.0,
+                     duration_s=1800.0) for n in range(4))]
+    metrics = _replay(jobs, 8, 8)
+    assert metrics["requeue_wait_max_s"] == pytest.approx(1800.0, abs=120.0)
+    assert metrics["requeue_wait_mean_s"] == pytest.approx(metrics["requeue_wait_max_s"] / 5)
+    # The burst's first waits (about an hour each) are all `wait_mean_s` holds.
+    assert metrics["wait_mean_s"] == pytest.approx(4 * 3600.0 / 5, abs=120.0)
