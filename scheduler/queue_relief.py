@@ -37,6 +37,10 @@ round"). Rule 2's "starts no job" and rule 6 keep its cost small (the whole phil
 jobs where it stops most (ITP at 0.95 without bookings: 8.0 and 7.5 a replay, not 16.2 and 32.5);
 rule 7 bounds them by construction, in production as in the replay (ITP 0.95: 7.75 on seeds
 1–4, so that row now meets every target; nothing else moves on seeds 1–12).
+What it costs the stopped job: it waits again to resume. In the matrix the runs relief stops on
+helios and ITP are 32-GPU multi-node runs, which then wait for four whole nodes (up to 61 h on
+helios 0.95; BENCHMARKS.md, "Twelfth round", requeue wait). gpubook's executors run single-node
+jobs only, whose restart needs one node.
 """
 
 from __future__ import annotations
