@@ -1,11 +1,11 @@
-"""The benchmarks that need the server stack still run end to end. CI does not run `make bench`,
-and three benchmarks broke unnoticed when the placement rules and the security defaults
-changed (2026-12-07); a fourth (memory) crashed on any request count but its default. Each runs
-here in a small mode, as `make bench` runs it (a subprocess from the repository root, its own
+"""The benchmarks still run end to end. CI does not run `make bench`, and three benchmarks broke unnoticed when the placement rules and the security defaults
+changed (2026-12-07); a fourth (memory) crashed on any request count but its default. Those that
+need the server stack run here in a small mode, as `make bench` runs it (a subprocess from the repository root, its own
 PostgreSQL database), about two minutes in all. It must exit 0 and print its figures. The
-figures themselves are not judged here: performance lives in BENCHMARKS.md. Left out:
-production_path (a minute of Chromium loads; the browser test drives the same production
-stack) and the pure replays, which the scheduler's own tests exercise."""
+figures themselves are not judged here: performance lives in BENCHMARKS.md. The pure replays
+run here too, in seconds, on either database. Left out, at a minute or more each:
+production_path (Chromium loads; the browser test drives the same production stack),
+simulate_philly, scheduler_estimates, calendar_events and runner_overhead (real trainings)."""
 
 import subprocess
 import sys
@@ -15,9 +15,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+def run_benchmark(script: str, arguments: list[str]) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *arguments],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return done.stdout
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 @pytest.mark.parametrize(("script", "arguments", "printed"), [
     # 300 runs started by reconcile, then a tick that starts 50 more.
     ("tick_scale.py", ["--scales", "1", "--ticks", "2"], "tick that starts 50 runs: median"),
@@ -33,9 +42,18 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
     ("memory.py", ["--requests", "300"], "RSS after 300 / after 100"),
 ])
 def test_the_benchmark_runs(script, arguments, printed):
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *arguments],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert printed in done.stdout, done.stdout[-4000:]
+    stdout = run_benchmark(script, arguments)
+    assert printed in stdout, stdout[-4000:]
+
+
+@pytest.mark.parametrize(("script", "arguments", "printed"), [
+    # One trace, one seed: the matrix and its verdicts.
+    ("eval_matrix.py", ["--seeds", "1", "--traces", "philly", "--policies", "fifo,gpubook"],
+     "gpubook meets every target on"),
+    ("action_log_hash.py", ["21d:21.2d", "64"], "gpubook@0.3:"),
+    ("scheduler_plan.py", [], "doubled / base ="),
+    ("continuation_replay.py", ["--seeds", "1"], "ratio to the baseline's median completion"),
+])
+def test_the_replay_benchmark_runs(script, arguments, printed):
+    stdout = run_benchmark(script, arguments)
+    assert printed in stdout, stdout[-4000:]
