@@ -1,9 +1,10 @@
-"""The benchmarks still run end to end. CI does not run `make bench`, and three benchmarks broke unnoticed when the placement rules and the security defaults
-changed (2026-12-07); a fourth (memory) crashed on any request count but its default. Those that
-need the server stack run here in a small mode, as `make bench` runs it (a subprocess from the repository root, its own
-PostgreSQL database), about two minutes in all. It must exit 0 and print its figures. The
-figures themselves are not judged here: performance lives in BENCHMARKS.md. The pure replays
-run here too, in seconds, on either database. Left out, at a minute or more each:
+"""The benchmarks still run end to end. CI does not run `make bench`, and three benchmarks broke
+unnoticed when the placement rules and the security defaults changed (2026-12-07); a fourth
+(memory) crashed on any request count but its default. Each runs here as `make bench` runs it
+(a subprocess from the repository root) and must exit 0 and print its figures; the figures
+themselves are not judged here (performance lives in BENCHMARKS.md). Those that need the
+server stack run in a small mode, each on its own PostgreSQL database, about two minutes in
+all; the pure replays take seconds, on either database. Left out, at a minute or more each:
 production_path (Chromium loads; the browser test drives the same production stack),
 simulate_philly, scheduler_estimates, calendar_events and runner_overhead (real trainings)."""
 
