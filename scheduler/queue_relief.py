@@ -119,7 +119,7 @@ def plan_queue_relief(
     idle_total = sum(idle_on_node.values())
 
     def booked_soon(run: Run) -> bool:
-        return any(next_start.get(gpu_id, math.inf) <= usable_after_s for gpu_id in run.gpu_ids)
+        return booked_before(run, next_start, usable_after_s)
 
     # Runs with the same room per node start the same jobs: count each room once.
     started_by_room: dict[tuple[tuple[Id, int], ...], int] = {}
@@ -128,11 +128,7 @@ def plan_queue_relief(
     old_enough_s = math.inf  # when the youngest-excluded candidate may first be stopped
     min_runtime_s = policy.min_runtime_before_preemption_s
     for run in runs:
-        if (
-            run.kind != RunKind.BACKFILL or run.reservation_id is not None
-            or not run.checkpointable or run.priority not in _STOPPABLE_CLASSES
-            or run.times_preempted
-        ):
+        if not may_give_way(run):
             continue
         started_s = to_seconds(run.started_at)
         if started_s + min_runtime_s > now_s:
@@ -161,7 +157,7 @@ def plan_queue_relief(
         if best is None or rank > best_rank or (rank == best_rank and run.id < best.id):
             best, best_rank = run, rank
     if best is None:
-        wakeups.append(_next_recheck_s(old_enough_s))
+        wakeups.append(next_recheck_s(old_enough_s))
         return []
     return [
         Stop(run_id=best.id, reason=Reason.QUEUE_RELIEF, grace_s=policy.grace_s,
@@ -181,11 +177,34 @@ def relief_due_s(
     return _enough_waited_s(len(waited), due_s, policy)
 
 
+def may_give_way(run: Run) -> bool:
+    """Rule 3 without time: a backfill run outside any booking that can checkpoint, of class
+    medium or low, never preempted before (queue drain stops the same runs)."""
+    return (
+        run.kind == RunKind.BACKFILL and run.reservation_id is None and run.checkpointable
+        and run.priority in _STOPPABLE_CLASSES and not run.times_preempted
+    )
+
+
+def booked_before(run: Run, next_start: dict[Id, float], until_s: float) -> bool:
+    """Whether a reservation starts on one of the run's GPUs by `until_s` (its GPUs, freed,
+    would be of no use)."""
+    return any(next_start.get(gpu_id, math.inf) <= until_s for gpu_id in run.gpu_ids)
+
+
+def budget_left(history: ReliefHistory, policy: Policy) -> int:
+    """How many more stops relief's budget allows now (queue drain spends it too)."""
+    return _stops_allowed(history, policy) - len(history.stops)
+
+
+def _stops_allowed(history: ReliefHistory, policy: Policy) -> int:
+    return math.floor(policy.relief_budget_share * history.jobs_submitted) + policy.relief_budget_extra
+
+
 def _budget_spent_until_s(history: ReliefHistory, policy: Policy) -> float | None:
     """None while the budget allows another stop; else when enough of the stops in the
     history will have left the window for it to allow one again."""
-    allowed = math.floor(policy.relief_budget_share * history.jobs_submitted)
-    allowed += policy.relief_budget_extra
+    allowed = _stops_allowed(history, policy)
     if len(history.stops) < allowed:
         return None
     if allowed <= 0:
@@ -219,7 +238,7 @@ def _enough_waited_s(waited: int, due_s: list[float], policy: Policy) -> float:
     missing = policy.relief_min_jobs - waited
     if missing <= 0 or len(due_s) < missing:
         return math.inf
-    return _next_recheck_s(heapq.nsmallest(missing, due_s)[-1])
+    return next_recheck_s(heapq.nsmallest(missing, due_s)[-1])
 
 
 def _jobs_started(sizes: list[int], later_min: list[int], room: list[int]) -> int:
@@ -237,6 +256,6 @@ def _jobs_started(sizes: list[int], later_min: list[int], room: list[int]) -> in
     return started
 
 
-def _next_recheck_s(at_s: float) -> float:
+def next_recheck_s(at_s: float) -> float:
     """The first multiple of `_RECHECK_GRID_S` at or after `at_s` (inf stays inf)."""
     return at_s if at_s == math.inf else math.ceil(at_s / _RECHECK_GRID_S) * _RECHECK_GRID_S
