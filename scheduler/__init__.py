@@ -21,6 +21,7 @@ from scheduler.policy import DEFAULT_POLICY, Policy, QueueOrder
 from scheduler.queue_estimates import QueueEstimate, WaitReason, estimate_starts
 from scheduler.snapshot import (
     LIVE_RESERVATION_STATUSES,
+    Drain,
     Gpu,
     GpuState,
     Id,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "LIVE_RESERVATION_STATUSES",
     "Action",
+    "Drain",
     "Gpu",
     "GpuState",
     "Id",

@@ -32,6 +32,7 @@ class Reason(StrEnum):
     JOB_FINISHED_EARLY = "job_finished_early"
     PRIORITY_PREEMPTION = "priority_preemption"
     QUEUE_RELIEF = "queue_relief"
+    QUEUE_DRAIN = "queue_drain"
 
     @property
     def sentence(self) -> str:
@@ -54,6 +55,9 @@ _SENTENCES = {
     "checkpoints and is queued again to resume.",
     Reason.QUEUE_RELIEF: "Queued jobs have waited over the relief threshold with no room, and "
     "this run's GPUs start the most of them; the run checkpoints and is queued again to resume.",
+    Reason.QUEUE_DRAIN: "The oldest queued job that needs a whole node has waited over the drain "
+    "threshold; this run's node is emptied for it, and the run checkpoints and is queued again "
+    "to resume.",
 }
 
 
@@ -77,8 +81,8 @@ class Stop:
     reason: Reason
     grace_s: float
     kill_at: Instant
-    # PRIORITY_PREEMPTION only: the queued job the GPUs are freed for, so the stopped run's
-    # owner can be told who took them.
+    # PRIORITY_PREEMPTION and QUEUE_DRAIN: the queued job the GPUs are freed for, so the
+    # stopped run's owner can be told who took them (and a drain's target is remembered).
     for_job_id: Id | None = None
 
 

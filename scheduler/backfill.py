@@ -27,6 +27,8 @@ node with enough idle GPUs, whatever their length, and are stopped when a reserv
 Jobs needing more GPUs than a node has start only with `allow_multi_node`, on whole idle
 nodes; otherwise they are never started. At most `max_jobs_examined` jobs are tried per plan
 (as Slurm's bf_max_job_test), which bounds a plan's cost when few idle GPUs suit few jobs.
+A queue drain's target (queue_drain) goes first, on a node drained for it, as it fits or
+preemptible; while it has not started, no other job is placed on those nodes.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from scheduler.fair_share import FairShare
 from scheduler.index import ReservationIndex, Topology
 from scheduler.instants import INFINITY, optional_seconds
 from scheduler.policy import Policy
+from scheduler.queue_drain import DrainTarget
 from scheduler.queue_order import CANDIDATE, PROTECT_ONLY, order_queue
 from scheduler.quota import QuotaBook
 from scheduler.snapshot import Id, Instant, QueuedJob, Run, RunKind
@@ -206,6 +209,7 @@ def start_queued_jobs(
     now_s: float,
     policy: Policy,
     to_instant: Callable[[float], Instant],
+    drain_target: DrainTarget | None = None,
 ) -> list[Start]:
     if not queued_jobs:
         return []
@@ -217,11 +221,60 @@ def start_queued_jobs(
     active_gpus = topology.active_gpu_count
     blocked_teams = quota.blocked_teams()
     grace_s = policy.grace_s
+    placer = _Placer(
+        idle=idle,
+        topology=topology,
+        occupied=occupied,
+        runs=runs,
+        run_deadlines_s=run_deadlines_s,
+        index=index,
+        now_s=now_s,
+        policy=policy,
+    )
+    starts: list[Start] = []
+
+    def begin(job: QueuedJob, placement: _Placement, estimate_s: float) -> None:
+        quota.charge(job.team, job.gpus_needed, placement.must_end_s)
+        for gpu_id in placement.gpu_ids:
+            occupied[gpu_id] = job.id
+        running_jobs.add(job.id)
+        starts.append(
+            Start(
+                job_id=job.id,
+                gpu_ids=placement.gpu_ids,
+                must_end_by=(
+                    None if placement.must_end_s == INFINITY else to_instant(placement.must_end_s)
+                ),
+                kind=RunKind.BACKFILL,
+                estimated_end=to_instant(now_s + estimate_s),
+                preemptible=placement.preemptible,
+            )
+        )
+
+    def limit_end_s(job: QueuedJob, estimate_s: float) -> float:
+        limit_s = quota.end_cap_s(job.team, job.gpus_needed, estimate_s)
+        return limit_s if job.timeout_s is None else min(limit_s, now_s + job.timeout_s)
+
+    if drain_target is not None and drain_target.held_nodes:
+        job = drain_target.job
+        estimate_s = job.estimated_duration_s or policy.default_estimate_s
+        placement = None
+        if job.id not in running_jobs and job.team not in blocked_teams:
+            placement = placer.place_on_held(
+                job, drain_target.held_nodes, limit_end_s(job, estimate_s)
+            )
+        if placement is not None:
+            begin(job, placement, estimate_s)
+        else:
+            for node in drain_target.held_nodes:
+                placer.protected_until[node] = now_s  # no other job fits before "now"
+        if idle.total == 0:
+            return starts
 
     if policy.backfill and policy.use_estimates and not _some_job_may_fit(
         queued_jobs, idle, topology, now_s, policy
     ):
-        return []
+        return starts
 
     if policy.backfill:
         # Order only the jobs that could start now: a job's key does not depend on which
@@ -287,17 +340,6 @@ def start_queued_jobs(
         now_s=now_s,
         policy=policy,
     )
-    placer = _Placer(
-        idle=idle,
-        topology=topology,
-        occupied=occupied,
-        runs=runs,
-        run_deadlines_s=run_deadlines_s,
-        index=index,
-        now_s=now_s,
-        policy=policy,
-    )
-    starts = []
     # The best-ranked job that cannot fit now; it is protected once candidates behind it
     # are about to be placed (EASY: the head reserves, the rest backfill around it).
     # Fetched on first need: strict FIFO never asks.
@@ -339,10 +381,7 @@ def start_queued_jobs(
             failures += 1
             continue
         estimate_s = job.estimated_duration_s or policy.default_estimate_s
-        limit_end_s = quota.end_cap_s(job.team, job.gpus_needed, estimate_s)
-        if job.timeout_s is not None:
-            limit_end_s = min(limit_end_s, now_s + job.timeout_s)
-        placement = placer.place(job, limit_end_s)
+        placement = placer.place(job, limit_end_s(job, estimate_s))
         if placement is None:
             if not policy.backfill:
                 break
@@ -350,22 +389,7 @@ def start_queued_jobs(
             failures += 1
             continue
         failures = 0
-        quota.charge(job.team, job.gpus_needed, placement.must_end_s)
-        for gpu_id in placement.gpu_ids:
-            occupied[gpu_id] = job.id
-        running_jobs.add(job.id)
-        starts.append(
-            Start(
-                job_id=job.id,
-                gpu_ids=placement.gpu_ids,
-                must_end_by=(
-                    None if placement.must_end_s == INFINITY else to_instant(placement.must_end_s)
-                ),
-                kind=RunKind.BACKFILL,
-                estimated_end=to_instant(now_s + estimate_s),
-                preemptible=placement.preemptible,
-            )
-        )
+        begin(job, placement, estimate_s)
     return starts
 
 
@@ -414,6 +438,30 @@ class _Placer:
         if fitting is not None or not self._may_preempt(job):
             return fitting
         return self._place_preemptible(needed, limit_end_s)
+
+    def place_on_held(
+        self, job: QueuedJob, nodes: frozenset[Id], limit_end_s: float
+    ) -> _Placement | None:
+        """A drain's target on a node drained for it (one node: drains are for one-node
+        jobs): as it fits if it does, else preemptible if it may be, as `place` would."""
+        needed = job.gpus_needed
+        policy = self.policy
+        estimate_s = job.estimated_duration_s or policy.default_estimate_s
+        if not job.checkpointable:
+            estimate_s *= policy.non_checkpointable_gap_factor
+        fits_end_s = self.now_s + estimate_s + policy.grace_s
+        preemptible_end_s = self.now_s + policy.grace_s + policy.min_preemptible_runtime_s
+        for node in sorted(nodes):
+            gpus = self.idle.by_node.get(node, [])
+            if len(gpus) < needed:
+                continue
+            chosen = gpus[:needed]  # the latest next reservations
+            end_s = min(chosen[-1][0], limit_end_s)
+            if end_s >= fits_end_s:
+                return self._finish(node, chosen, limit_end_s, preemptible=False)
+            if self._may_preempt(job) and end_s >= preemptible_end_s:
+                return self._finish(node, chosen, limit_end_s, preemptible=True)
+        return None
 
     def could_place_any(self, jobs: Iterable[QueuedJob]) -> bool:
         """False only if `place` would fail for every job of `jobs` now (estimates on): each

@@ -9,7 +9,10 @@ The steps, each a policy module with its rule in its docstring:
 5. priority_preemption: an urgent/high job backfill could not start stops lower-priority
    backfill runs to make room;
 6. queue_relief: if that stopped nothing and several jobs have waited long with no room,
-   the checkpointable backfill run whose GPUs start the most of them is stopped.
+   the checkpointable backfill run whose GPUs start the most of them is stopped;
+7. queue_drain: if neither stopped anything and the oldest job that needs a whole node has
+   waited long, the fewest runs on one node are stopped to empty it for that job, which
+   backfill starts there first (step 4).
 
 Output order is fixed: kills, stops (deadlines, then preemptions), releases, starts; within each, the order the step
 visited them in (runs by id, reservations by start then id, jobs by queue order). The
@@ -38,6 +41,7 @@ from scheduler.index import IndexCache, ReservationIndex, runs_view_of, topology
 from scheduler.instants import check_now, converter_like, to_seconds
 from scheduler.policy import DEFAULT_POLICY, Policy
 from scheduler.priority_preemption import plan_priority_preemption
+from scheduler.queue_drain import drain_target, plan_queue_drain
 from scheduler.queue_relief import plan_queue_relief
 from scheduler.quota import QuotaBook
 from scheduler.release import plan_releases
@@ -129,6 +133,10 @@ def plan_detailed(
         now_s=now_s,
         policy=policy,
     )
+    target = drain_target(
+        drains=snapshot.drains, queued_jobs=snapshot.queued_jobs, topology=topology,
+        now_s=now_s, policy=policy,
+    )
     backfill_starts = start_queued_jobs(
         queued_jobs=snapshot.queued_jobs,
         runs=runs,
@@ -142,8 +150,9 @@ def plan_detailed(
         now_s=now_s,
         policy=policy,
         to_instant=to_instant,
+        drain_target=target,
     )
-    # The two steps that may stop runs for queued jobs see the same state: what this plan
+    # The three steps that may stop runs for queued jobs see the same state: what this plan
     # has already started, stopped and killed.
     stopping_state = dict(
         queued_jobs=snapshot.queued_jobs,
@@ -159,8 +168,13 @@ def plan_detailed(
         to_instant=to_instant,
         wakeups=wakeups,
     )
-    preemption_stops = plan_priority_preemption(**stopping_state) or plan_queue_relief(
-        **stopping_state, history=snapshot.relief_history
+    preemption_stops = (
+        plan_priority_preemption(**stopping_state)
+        or plan_queue_relief(**stopping_state, history=snapshot.relief_history)
+        or plan_queue_drain(
+            **stopping_state, history=snapshot.relief_history, target=target,
+            blocked_teams=quota.blocked_teams(),
+        )
     )
     if preemption_stops:
         # Their kill is due a grace period from now if they have not left by then.

@@ -114,6 +114,15 @@ class Policy:
     relief_budget_share: float = 0.01
     relief_budget_extra: int = 2
     relief_budget_window_s: float = 7 * DAY_S
+    # Queue drain (scheduler.queue_drain): once the oldest job that needs a whole node has
+    # waited this long, the fewest stoppable runs on one node checkpoint to empty it for that
+    # job, and the node is kept for it `drain_hold_s`. The drain spends relief's budget but
+    # leaves relief `drain_leaves_relief` of it. 1 h: matrix rows meeting every target +2 on
+    # seeds 1–4, 5–8 and 9–12; 10 or 30 min spend the budget early and break ITP's 1 % of
+    # jobs (BENCHMARKS.md, "Fourteenth round"). inf = off (the baselines).
+    drain_after_s: float = HOUR_S
+    drain_hold_s: float = 15 * 60.0
+    drain_leaves_relief: int = 4
 
     # Longest a backfill run of a team with a quota may hold before it checkpoints and is
     # requeued (at least twice its estimate), so one run cannot book a team's whole month.

@@ -36,7 +36,12 @@ How to build a snapshot (the contract for the DB adapter):
 * `relief_history`: queue relief's past within the last `Policy.relief_budget_window_s`:
   when relief asked runs to stop, and how many jobs were submitted to the queue (not to a
   booking). Its budget reads it; the default (nothing recorded) leaves relief unbounded but
-  for `Policy.relief_budget_extra`.
+  for `Policy.relief_budget_extra`. A queue drain's stops count there too (they share its
+  budget).
+* `drains`: queue drains (scheduler.queue_drain) within the relief budget window whose job
+  is still queued and has not started since: when each asked a run to stop, the job it was
+  for, and the stopped run's GPUs. The latest names the drain target; the adapter keeps
+  them with the stopped run (the default, none, means no target yet).
 """
 
 from __future__ import annotations
@@ -164,6 +169,13 @@ class ReliefHistory:
 
 
 @dataclass(frozen=True, slots=True)
+class Drain:
+    at: Instant
+    job_id: Id
+    gpu_ids: tuple[Id, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     gpus: tuple[Gpu, ...]
     reservations: tuple[Reservation, ...] = ()
@@ -172,3 +184,4 @@ class Snapshot:
     usage: tuple[Usage, ...] = ()
     teams: tuple[TeamAccount, ...] = ()
     relief_history: ReliefHistory = ReliefHistory()
+    drains: tuple[Drain, ...] = ()

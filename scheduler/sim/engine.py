@@ -38,9 +38,11 @@ from scheduler.index import IndexCache, topology_of
 from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
 from scheduler.priority_preemption import PREEMPTING_CLASSES
+from scheduler.queue_drain import drain_due_s
 from scheduler.queue_relief import relief_due_s
 from scheduler.sim.calendar import Calendar
 from scheduler.snapshot import (
+    Drain,
     Gpu,
     Id,
     Priority,
@@ -228,6 +230,9 @@ class Simulation:
         # from the database: when relief stopped runs, and when jobs were first submitted.
         self._relief_stops_s: deque[float] = deque()
         self._submits_s: deque[float] = deque()
+        # Queue drains whose job has not started since, by job (reconcile keeps them with
+        # the stopped runs): the latest names the drain's target.
+        self._drains: dict[Id, list[Drain]] = {}
         # Kept while no run starts, ends or is asked to stop: plan memoises its runs view on it.
         self._runs_tuple: tuple[Run, ...] | None = None
         # The simulator's own memo of plan's indexes (keyed on the tuples it keeps).
@@ -270,11 +275,12 @@ class Simulation:
                 # A new queued job changes nothing while every GPU is held by a run: plan's
                 # stops, kills and releases depend only on runs, reservations and time, and
                 # the time-driven ones have their own wake-ups. Skipping is an exact shortcut,
-                # once the one timer a submission sets (queue relief's) is set as plan would.
-                self._wake_at(relief_due_s(
-                    queued_jobs=self.queue.values(), max_node_size=self._max_node_size,
-                    now_s=now_s, policy=self.policy,
-                ))
+                # once the timers a submission sets (queue relief's and drain's) are set as plan would.
+                for due_s in (relief_due_s, drain_due_s):
+                    self._wake_at(due_s(
+                        queued_jobs=self.queue.values(), max_node_size=self._max_node_size,
+                        now_s=now_s, policy=self.policy,
+                    ))
                 self.result.queue_length.append((now_s, len(self.queue)))
                 continue
             self._plan_at(now_s)
@@ -461,6 +467,7 @@ class Simulation:
             usage=tuple(self.usage.values()),
             teams=teams,
             relief_history=self._relief_history(now_s),
+            drains=self._live_drains(now_s),
         )
 
     def _relief_history(self, now_s: float) -> ReliefHistory:
@@ -469,6 +476,13 @@ class Simulation:
             while moments and moments[0] <= since_s:
                 moments.popleft()
         return ReliefHistory(stops=tuple(self._relief_stops_s), jobs_submitted=len(self._submits_s))
+
+    def _live_drains(self, now_s: float) -> tuple[Drain, ...]:
+        """The drains within the budget window, as reconcile reads them."""
+        since_s = now_s - self.policy.relief_budget_window_s
+        return tuple(
+            drain for drains in self._drains.values() for drain in drains if drain.at > since_s
+        )
 
     def _plan_at(self, now_s: float) -> None:
         next_wakeup = None
@@ -554,6 +568,7 @@ class Simulation:
             if job.id not in self.queue:
                 raise InvariantViolation(f"started a job that is not queued: {action}")
             del self.queue[job.id]
+            self._drains.pop(job.id, None)  # a target stays one until it starts
         if len(action.gpu_ids) != job.gpus and action.kind == RunKind.BACKFILL:
             raise InvariantViolation(f"wrong GPU count for job {job.id}: {action}")
         for gpu_id in action.gpu_ids:
@@ -617,8 +632,12 @@ class Simulation:
         if action.grace_s < self.policy.grace_s - EPSILON_S:
             raise InvariantViolation(f"stop with less than the grace period: {action} at {now_s}")
         live.run = replace(live.run, stop_requested_at=now_s)
-        if action.reason == Reason.QUEUE_RELIEF:
-            self._relief_stops_s.append(now_s)
+        if action.reason in (Reason.QUEUE_RELIEF, Reason.QUEUE_DRAIN):
+            self._relief_stops_s.append(now_s)  # the drain spends relief's budget
+        if action.reason == Reason.QUEUE_DRAIN:
+            self._drains.setdefault(action.for_job_id, []).append(
+                Drain(at=now_s, job_id=action.for_job_id, gpu_ids=live.run.gpu_ids)
+            )
         self._runs_tuple = None
         if not live.job.checkpointable:
             self._end_run(live, now_s, "stopped_lost")

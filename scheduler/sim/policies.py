@@ -13,7 +13,7 @@ through the very same `plan()` with features switched off:
   backfill, no releases. The replay hands every job its true duration as its estimate.
 * `gpubook`: everything: fair share with entry penalty and aging, backfill with runtime
   estimates (Tsafrir), preemptible backfill, EASY protection, queue relief,
-  no-show/early-finish release.
+  queue drain, no-show/early-finish release.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def policy_for(name: str, *, grace_s: float = 60.0) -> Policy:
         release_no_show=False,
         release_early_finish=False,
         relief_after_s=float("inf"),
+        drain_after_s=float("inf"),
         allow_multi_node=True,
     )
     if name in ("fifo", "reservations-only"):
@@ -56,6 +57,7 @@ def policy_for(name: str, *, grace_s: float = 60.0) -> Policy:
             release_no_show=False,
             release_early_finish=False,
             relief_after_s=float("inf"),
+            drain_after_s=float("inf"),
             allow_multi_node=True,
         )
     if name == "gpubook":

@@ -68,11 +68,11 @@ def replay_logs() -> dict[str, list[list]]:
             # The policy as it was when the log was recorded (later tuning is not a refactor).
             policy = replace(policy, non_checkpointable_gap_factor=1.0)
             if name == "gpubook":
-                # Issue #15 item 2's order, placement and queue relief switched off; the baselines keep
-                # today's defaults, which must not change their decisions.
+                # Issue #15 item 2's order, placement, queue relief and queue drain switched off;
+                # the baselines keep today's defaults, which must not change their decisions.
                 policy = replace(
                     policy, size_lane_weight=0.0, unknown_non_checkpointable_open_gpus_only=False,
-                    protect_as_placed=False, relief_after_s=float("inf"),
+                    protect_as_placed=False, relief_after_s=float("inf"), drain_after_s=float("inf"),
                 )
             fifo = name == "fifo"
             config = SimulationConfig(
