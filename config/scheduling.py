@@ -15,4 +15,5 @@ def policy_from_settings() -> scheduler.Policy:
         no_show_after_s=float(settings.GPUBOOK_NO_SHOW_MINUTES * 60),
         usage_factor=settings.GPUBOOK_BACKFILL_USAGE_FACTOR,
         relief_after_s=float(settings.GPUBOOK_QUEUE_RELIEF_MINUTES * 60) or math.inf,
+        drain_after_s=float(settings.GPUBOOK_QUEUE_DRAIN_MINUTES * 60) or math.inf,
     )

@@ -145,6 +145,9 @@ GPUBOOK_NO_SHOW_MINUTES = env_int("GPUBOOK_NO_SHOW_MINUTES", 15, minimum=1)
 # Queue relief (scheduler.queue_relief): after this many minutes of waiting with no room, four
 # or more queued jobs may have a checkpointable backfill run stopped for them; 0 = off.
 GPUBOOK_QUEUE_RELIEF_MINUTES = env_int("GPUBOOK_QUEUE_RELIEF_MINUTES", 60, minimum=0)
+# Queue drain (scheduler.queue_drain): after this many minutes of waiting, the oldest job that
+# needs a whole node has the fewest checkpointable backfill runs on one node stopped for it; 0 = off.
+GPUBOOK_QUEUE_DRAIN_MINUTES = env_int("GPUBOOK_QUEUE_DRAIN_MINUTES", 60, minimum=0)
 GPUBOOK_EXECUTOR = env_choice("EXECUTOR", "local", {"local", "kubernetes"})
 GPUBOOK_TICK_SECONDS = env_int("GPUBOOK_TICK_SECONDS", 5, minimum=1)
 # Directories a team's jobs may read data and weights from; "{team}" is the team's slug.

@@ -56,6 +56,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class RunInline(admin.TabularInline):
     model = Run
+    fk_name = "job"  # a job's own runs, not those stopped for it
     fields = ["id", "kind", "state", "node", "started_at", "ended_at", "reason"]
     readonly_fields = fields
     extra = 0

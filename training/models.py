@@ -174,6 +174,11 @@ class Run(models.Model):
     must_end_by = models.DateTimeField()
     estimated_end = models.DateTimeField(null=True, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # The queued job this run was stopped to make room for (priority preemption, queue drain):
+    # a drain's job and the GPUs it emptied are read back into the next snapshots.
+    stopped_for = models.ForeignKey(
+        TrainingJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # When the executor took the stop, and how often it was sent: a stop goes out once (and
     # once more only if the first provably did not arrive).
     stop_sent_at = models.DateTimeField(null=True, blank=True)

@@ -200,12 +200,15 @@ def apply_action(action: scheduler.Action, *, executor: Executor, now: dt.dateti
     elif isinstance(action, scheduler.Stop):
         for_a_job = action.reason == scheduler.Reason.PRIORITY_PREEMPTION and action.for_job_id is not None
         # Stopped for others' sake rather than by a deadline it knew: its owner is told at once.
-        preempted = for_a_job or action.reason == scheduler.Reason.QUEUE_RELIEF
+        preempted = for_a_job or action.reason in (scheduler.Reason.QUEUE_RELIEF, scheduler.Reason.QUEUE_DRAIN)
+        # A drain keeps its plain sentence: the snapshot finds drains (and relief's budget) by it.
         reason = action.reason.sentence
         if for_a_job:
             victim_team = Run.objects.filter(pk=action.run_id).values_list("job__team_id", flat=True).first()
             reason = preemption_reason(for_job_id=action.for_job_id, victim_team_id=victim_team)
-        if run_request_stop(run_id=action.run_id, now=now, kill_at=action.kill_at, reason=reason):
+        if run_request_stop(
+            run_id=action.run_id, now=now, kill_at=action.kill_at, reason=reason, stopped_for_id=action.for_job_id
+        ):
             run = Run.objects.select_related("job").get(pk=action.run_id)
             if preempted:  # its owner hears why at once, not only when the checkpoint lands
                 notify_run(run, EventType.RUN_PREEMPTED, now=now, reason=reason)

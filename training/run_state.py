@@ -45,15 +45,18 @@ def run_handle_record(*, run: Run, handle: Handle) -> None:
 
 # --- stop ---------------------------------------------------------------------------------------
 def run_request_stop(
-    *, run_id: int, now: dt.datetime, kill_at: dt.datetime, reason: str, only_running: bool = False
+    *, run_id: int, now: dt.datetime, kill_at: dt.datetime, reason: str, only_running: bool = False,
+    stopped_for_id: int | None = None,
 ) -> bool:
     """Ask a live run to checkpoint and end: STOPPING, with when it was asked, when it will be
     killed and a sentence saying why (shown on the run page). Compare-and-set: a run already
-    asked keeps its first request. `only_running`: leave a run that is still starting alone."""
+    asked keeps its first request. `only_running`: leave a run that is still starting alone.
+    `stopped_for_id`: the queued job it makes room for (a queue drain reads it back)."""
     states = (Run.State.RUNNING,) if only_running else (Run.State.STARTING, Run.State.RUNNING)
     return bool(
         Run.objects.filter(pk=run_id, state__in=states, stop_requested_at__isnull=True).update(
-            state=Run.State.STOPPING, stop_requested_at=now, kill_at=kill_at, reason=reason[:500]
+            state=Run.State.STOPPING, stop_requested_at=now, kill_at=kill_at, reason=reason[:500],
+            stopped_for_id=stopped_for_id,
         )
     )
 

@@ -8,6 +8,7 @@ Nothing here decides anything; `scheduler.plan()` does.
 import datetime as dt
 from collections import defaultdict
 
+from django.db.models import F
 from django.db.models.functions import Coalesce
 
 import scheduler
@@ -84,19 +85,37 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
     return scheduler.Snapshot(
         gpus=gpus, reservations=tuple(reservations), queued_jobs=queued, runs=runs,
         usage=_usage(now=now, policy=policy), teams=_team_accounts(now=now, policy=policy),
-        relief_history=_relief_history(now=now, policy=policy),
+        relief_history=_relief_history(now=now, policy=policy), drains=_drains(now=now, policy=policy),
     )
 
 
+# Relief's budget counts its own stops and the drain's: each keeps its sentence as its reason.
+BUDGETED_STOPS = (scheduler.Reason.QUEUE_RELIEF.sentence, scheduler.Reason.QUEUE_DRAIN.sentence)
+
+
 def _relief_history(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.ReliefHistory:
-    """Queue relief's budget window: its stops (a relieved run keeps relief's sentence as its
-    reason through its checkpoint) and the jobs submitted to the queue."""
+    """Queue relief's budget window: its stops and the drain's (a stopped run keeps the
+    sentence as its reason through its checkpoint) and the jobs submitted to the queue."""
     since = now - dt.timedelta(seconds=policy.relief_budget_window_s)
-    stops = Run.objects.filter(
-        reason=scheduler.Reason.QUEUE_RELIEF.sentence, stop_requested_at__gt=since
-    ).values_list("stop_requested_at", flat=True)
+    stops = Run.objects.filter(reason__in=BUDGETED_STOPS, stop_requested_at__gt=since).values_list(
+        "stop_requested_at", flat=True
+    )
     submitted = TrainingJob.objects.filter(submitted_at__gt=since, reservation__isnull=True).count()
     return scheduler.ReliefHistory(stops=tuple(stops), jobs_submitted=submitted)
+
+
+def _drains(*, now: dt.datetime, policy: scheduler.Policy) -> tuple[scheduler.Drain, ...]:
+    """The queue drains in relief's window whose job is still queued and has not run since."""
+    since = now - dt.timedelta(seconds=policy.relief_budget_window_s)
+    rows = (
+        Run.objects.filter(
+            reason=scheduler.Reason.QUEUE_DRAIN.sentence, stop_requested_at__gt=since,
+            stopped_for__state=TrainingJob.State.QUEUED,
+        )
+        .exclude(stopped_for__runs__created_at__gt=F("stop_requested_at"))
+        .values_list("stop_requested_at", "stopped_for_id", "gpu_ids")
+    )
+    return tuple(scheduler.Drain(at=at, job_id=job_id, gpu_ids=tuple(gpu_ids)) for at, job_id, gpu_ids in rows)
 
 
 def _usage(*, now: dt.datetime, policy: scheduler.Policy) -> tuple[scheduler.Usage, ...]:

@@ -161,3 +161,47 @@ def test_relief_stops_recorded_this_week_spend_its_budget(world):
     assert tick(world, S + 2 * HOUR - MIN).stopped == []
     assert tick(world, S + 2 * HOUR).stopped == [run.pk]  # the older stop is a week old
     assert len(preempted_notices()) == 1
+
+
+@pytest.mark.parametrize("drain_minutes", [60, 0])
+def test_the_oldest_whole_node_job_gets_a_node_drained_and_kept_for_it(world, settings, drain_minutes):
+    """Queue drain through reconcile: four 1-GPU runs of alice's fill two 2-GPU nodes; bob's
+    2-GPU job (a whole node here) waits. After an hour, both runs on one node checkpoint for
+    it (within relief's budget: 400 jobs queued this week), their owner is told, and on the
+    tick they leave, bob's job starts on that node while the requeued runs wait. With
+    `GPUBOOK_QUEUE_DRAIN_MINUTES=0` the drain is off and nothing is stopped."""
+    settings.GPUBOOK_QUEUE_DRAIN_MINUTES = drain_minutes
+    add_gpus(Node.objects.create(name="ws-2"), range(2))
+    sweeps = [submit(world, "alice", f"sweep-{n}", team="vision", priority="medium", at=S - MIN, gpus=1)
+              for n in range(4)]
+    tick(world, S)
+    assert Run.objects.filter(state=Run.State.RUNNING).count() == 4
+    # 400 finished jobs queued this week (copies of a sweep): floor(4) + 2 stops for relief.
+    fields = {field.attname: getattr(sweeps[0], field.attname) for field in TrainingJob._meta.concrete_fields}
+    fields.update(id=None, state=TrainingJob.State.SUCCEEDED)
+    TrainingJob.objects.bulk_create([TrainingJob(**fields) for _ in range(400)])
+    wide = submit(world, "bob", "wide", team="nlp", priority="medium", at=S + 5 * MIN, gpus=2)
+    assert tick(world, S + 64 * MIN).stopped == []  # not an hour yet
+
+    report = tick(world, S + 65 * MIN)
+    if not drain_minutes:
+        assert report.stopped == [] and preempted_notices() == []
+        return
+    drained = list(Run.objects.filter(pk__in=report.stopped))
+    assert len(drained) == 2 and len({run.node_id for run in drained}) == 1
+    assert all(run.state == Run.State.STOPPING and run.stopped_for_id == wide.pk for run in drained)
+    assert all(run.reason == scheduler.Reason.QUEUE_DRAIN.sentence for run in drained)
+    assert sorted(notice.payload["job"]["id"] for notice in preempted_notices()) == sorted(
+        run.job_id for run in drained
+    )
+
+    for run in drained:
+        world["fake"].checkpoint(run.pk, epoch=2)
+    tick(world, S + 66 * MIN)
+    tick(world, S + 67 * MIN)
+    (started,) = Run.objects.filter(job=wide, state__in=Run.LIVE)
+    assert started.node_id == drained[0].node_id
+    requeued = TrainingJob.objects.filter(pk__in=[run.job_id for run in drained])
+    assert all(job.state == TrainingJob.State.QUEUED and job.times_preempted == 1 for job in requeued)
+    # Once bob's job runs, its drains are no longer read back: nothing else is held or drained.
+    assert tick(world, S + 3 * HOUR).stopped == []
