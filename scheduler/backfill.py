@@ -451,13 +451,14 @@ class _Placer:
             estimate_s *= policy.non_checkpointable_gap_factor
         fits_end_s = self.now_s + estimate_s + policy.grace_s
         preemptible_end_s = self.now_s + policy.grace_s + policy.min_preemptible_runtime_s
+        open_only = _open_gpus_only(job, policy)
         for node in sorted(nodes):
             gpus = self.idle.by_node.get(node, [])
             if len(gpus) < needed:
                 continue
             chosen = gpus[:needed]  # the latest next reservations
             end_s = min(chosen[-1][0], limit_end_s)
-            if end_s >= fits_end_s:
+            if end_s >= fits_end_s and not (open_only and chosen[-1][0] != INFINITY):
                 return self._finish(node, chosen, limit_end_s, preemptible=False)
             if self._may_preempt(job) and end_s >= preemptible_end_s:
                 return self._finish(node, chosen, limit_end_s, preemptible=True)

@@ -152,6 +152,19 @@ def test_the_drained_node_is_kept_for_its_job_and_it_starts_there_first():
     assert [start.job_id for start in of_type(later, Start)] == [11]
 
 
+def test_the_kept_node_takes_its_job_only_as_placement_would():
+    # A job that cannot checkpoint and has no estimate goes only where nothing is booked
+    # ahead (`place`'s rule): a booking on the drained node in ten hours keeps it off.
+    blind = job(10, 8, submitted_at=NOW - 2 * HOUR, checkpointable=False, estimate_s=None)
+    state = snapshot(
+        gpus=gpus(nodes=1, per_node=8), queued_jobs=(blind,), relief_history=WEEK,
+        drains=(Drain(at=NOW - 120, job_id=10, gpu_ids=NODE_0),),
+    )
+    assert [start.gpu_ids for start in of_type(plan(state, NOW), Start)] == [NODE_0]
+    booked = replace(state, reservations=(reservation(7, (3,), NOW + 10 * HOUR, NOW + 11 * HOUR),))
+    assert of_type(plan(booked, NOW), Start) == []
+
+
 def test_through_the_simulator_a_wide_job_gets_a_node_and_the_stopped_runs_resume():
     """plan's real caller: two nodes, each held by two day-long 4-GPU runs; an 8-GPU job
     arrives. An hour later (on the 10-minute grid) one node's two runs checkpoint, the job
