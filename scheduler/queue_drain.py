@@ -46,7 +46,13 @@ from scheduler.actions import Reason, Stop
 from scheduler.index import ReservationIndex, Topology
 from scheduler.instants import to_seconds
 from scheduler.policy import Policy
-from scheduler.queue_relief import booked_before, budget_left, may_give_way, next_recheck_s
+from scheduler.queue_relief import (
+    booked_before,
+    budget_left,
+    may_give_way,
+    next_recheck_s,
+    usable_idle_by_node,
+)
 from scheduler.snapshot import Drain, Id, Instant, QueuedJob, ReliefHistory, Run
 
 
@@ -184,11 +190,7 @@ def _fewest_victims(
     active = topology.active_gpu_ids
     next_start = index.next_start_on_gpu
     usable_after_s = now_s + policy.grace_s + policy.min_preemptible_runtime_s
-    idle_on_node: dict[Id, int] = {}
-    for gpu_id in active.difference(occupied, index.in_progress_on_gpu):
-        if next_start.get(gpu_id, math.inf) > usable_after_s:
-            node = gpu_by_id[gpu_id].node
-            idle_on_node[node] = idle_on_node.get(node, 0) + 1
+    idle_on_node = usable_idle_by_node(topology, occupied, index, usable_after_s)
     old_enough_s = now_s - policy.min_runtime_before_preemption_s
     by_node: dict[Id, list[Run]] = {}
     for run in runs:

@@ -101,12 +101,7 @@ def plan_queue_relief(
     gpu_by_id = topology.gpu_by_id
     next_start = index.next_start_on_gpu
     usable_after_s = now_s + policy.grace_s + policy.min_preemptible_runtime_s
-    held = set(occupied).union(index.in_progress_on_gpu)
-    idle_on_node: dict[Id, int] = {}
-    for gpu_id in topology.active_gpu_ids.difference(held):
-        if next_start.get(gpu_id, math.inf) > usable_after_s:
-            node = gpu_by_id[gpu_id].node
-            idle_on_node[node] = idle_on_node.get(node, 0) + 1
+    idle_on_node = usable_idle_by_node(topology, occupied, index, usable_after_s)
 
     # The most of these jobs `total` GPUs could start, the smallest first: an upper bound on
     # any run's count, so most runs are passed over without counting (same choice, cheaper).
@@ -175,6 +170,21 @@ def relief_due_s(
         return math.inf
     waited, due_s = _by_wait(queued_jobs, set(), max_node_size, now_s, policy)
     return _enough_waited_s(len(waited), due_s, policy)
+
+
+def usable_idle_by_node(
+    topology: Topology, occupied: dict[Id, Id], index: ReservationIndex, usable_after_s: float
+) -> dict[Id, int]:
+    """Per node, its active GPUs that no run or booking holds and that nothing is booked on
+    by `usable_after_s` (queue drain counts the same room)."""
+    gpu_by_id = topology.gpu_by_id
+    next_start = index.next_start_on_gpu
+    idle_on_node: dict[Id, int] = {}
+    for gpu_id in topology.active_gpu_ids.difference(occupied, index.in_progress_on_gpu):
+        if next_start.get(gpu_id, math.inf) > usable_after_s:
+            node = gpu_by_id[gpu_id].node
+            idle_on_node[node] = idle_on_node.get(node, 0) + 1
+    return idle_on_node
 
 
 def may_give_way(run: Run) -> bool:
