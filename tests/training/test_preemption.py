@@ -205,3 +205,32 @@ def test_the_oldest_whole_node_job_gets_a_node_drained_and_kept_for_it(world, se
     assert all(job.state == TrainingJob.State.QUEUED and job.times_preempted == 1 for job in requeued)
     # Once bob's job runs, its drains are no longer read back: nothing else is held or drained.
     assert tick(world, S + 3 * HOUR).stopped == []
+
+
+def test_a_drain_is_read_back_only_while_its_job_has_not_run_since(world):
+    """`build_snapshot`'s drains: a drain stop for a queued job is read back with its GPUs; once
+    that job has had a run after the drain (it started, was stopped and is queued again), the
+    drain is no longer its."""
+    from training.snapshot import build_snapshot
+
+    node = Gpu.objects.first().node
+    wide = submit(world, "bob", "wide", team="nlp", priority="medium", at=S - 2 * HOUR, gpus=2)
+    victim = submit(world, "alice", "victim", team="vision", priority="medium", at=S - 3 * HOUR, gpus=2)
+    gpu_ids = list(Gpu.objects.filter(node=node).order_by("index").values_list("pk", flat=True))
+    Run.objects.create(
+        job=victim, kind=Run.Kind.BACKFILL, node=node, gpu_ids=gpu_ids, gpu_indices=[0, 1],
+        state=Run.State.CHECKPOINTED, reason=scheduler.Reason.QUEUE_DRAIN.sentence, stopped_for=wide,
+        created_at=S - 3 * HOUR, started_at=S - 3 * HOUR, stop_requested_at=S - HOUR, ended_at=S - HOUR + MIN,
+        must_end_by=S + DAY,
+    )
+    policy = scheduler.Policy()
+    (drain,) = build_snapshot(now=S, policy=policy).drains
+    assert (drain.at, drain.job_id, drain.gpu_ids) == (S - HOUR, wide.pk, tuple(gpu_ids))
+    assert len(build_snapshot(now=S, policy=policy).relief_history.stops) == 1  # relief's budget counts it
+
+    Run.objects.create(
+        job=wide, kind=Run.Kind.BACKFILL, node=node, gpu_ids=gpu_ids, gpu_indices=[0, 1],
+        state=Run.State.CHECKPOINTED, created_at=S - 50 * MIN, started_at=S - 50 * MIN,
+        ended_at=S - 10 * MIN, must_end_by=S + DAY,
+    )
+    assert build_snapshot(now=S, policy=policy).drains == ()
