@@ -19,6 +19,7 @@ from scheduler.estimate import (
 from scheduler.plan import PlanResult, plan, plan_detailed
 from scheduler.policy import DEFAULT_POLICY, Policy, QueueOrder
 from scheduler.queue_estimates import QueueEstimate, WaitReason, estimate_starts
+from scheduler.queue_relief import BUDGETED_REASONS
 from scheduler.snapshot import (
     LIVE_RESERVATION_STATUSES,
     Drain,
@@ -39,6 +40,7 @@ from scheduler.snapshot import (
 )
 
 __all__ = [
+    "BUDGETED_REASONS",
     "DEFAULT_POLICY",
     "LIVE_RESERVATION_STATUSES",
     "Action",

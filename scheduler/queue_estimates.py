@@ -27,6 +27,13 @@ priority-preemption waves (`max_preempting_jobs_per_plan` each) as the grace per
 stands for — without that, coarse steps starve high-priority jobs by hours (BENCHMARKS.md).
 A lab-sized queue is resolved exactly to its end long before half the budget.
 
+Queue relief and queue drain act in the roll-forward as on the cluster: each plan sees the
+snapshot's relief history and drains with the stops and drains made so far in the
+roll-forward, so a whole-node job is dated to the node drained for it, and relief's budget is
+spent once, not afresh at each plan. A run they stop ends after its grace; its job, queued
+again to resume, is not rolled forward (the estimate is optimistic by that much for those
+behind it, as for priority preemption).
+
 Jobs submitted later are unknown, so the estimate is what would happen if nobody else
 submitted — optimistic for low ranks under fair share, as Slurm's is.
 
@@ -45,15 +52,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from scheduler.actions import Kill, Release, Start, Stop
+from scheduler.actions import Kill, Reason, Release, Start, Stop
 from scheduler.fair_share import FairShare, compute_fair_share
 from scheduler.index import IndexCache, ReservationIndex, topology_of
 from scheduler.instants import INFINITY, converter_like, optional_seconds, to_seconds
 from scheduler.plan import plan_detailed
 from scheduler.policy import DAY_S, DEFAULT_POLICY, Policy
 from scheduler.queue_order import CANDIDATE, order_queue
+from scheduler.queue_relief import BUDGETED_REASONS
 from scheduler.quota import QuotaBook
-from scheduler.snapshot import Id, Instant, Priority, QueuedJob, Run, RunKind, Snapshot
+from scheduler.snapshot import Drain, Id, Instant, Priority, QueuedJob, Run, RunKind, Snapshot
 
 # The budget of one estimate in job-plans (each plan counts the queued jobs it orders): about
 # 2 s of CPU at 1,024 GPUs and 5,000 queued (BENCHMARKS.md); a lab-sized queue reaches its end
@@ -164,6 +172,10 @@ def estimate_starts(
     reservations = {item.id: item for item in snapshot.reservations}
     reservation_ends = {item.id: to_seconds(item.end) for item in snapshot.reservations}
     started_at: dict[Id, float] = {}
+    # Queue relief and queue drain act on the roll-forward as they would on the cluster: their
+    # budget counts the stops made in it, and a drain keeps its node for its job.
+    relief_stops = list(snapshot.relief_history.stops)
+    drains = list(snapshot.drains)
     cache = IndexCache()
     next_run_id = 0
     # Runs started by the estimate need ids that sort with the snapshot's own.
@@ -192,6 +204,8 @@ def estimate_starts(
             gpus=snapshot.gpus, reservations=reservations_tuple,
             queued_jobs=tuple(queued.values()), runs=tuple(runs.values()),
             usage=snapshot.usage, teams=snapshot.teams,
+            relief_history=replace(snapshot.relief_history, stops=tuple(relief_stops)),
+            drains=tuple(drains),
         )
         # A coarse step stands for one plan per grace period: as many preemption waves.
         waves = int((step_end_s - t) // policy.grace_s)
@@ -231,6 +245,13 @@ def estimate_starts(
                 runs[run_id] = run
                 ends[run_id] = min(start_s + estimate_s, optional_seconds(action.must_end_by))
             elif isinstance(action, Stop):
+                if action.reason in BUDGETED_REASONS:
+                    relief_stops.append(to_instant(t))
+                if action.reason == Reason.QUEUE_DRAIN:
+                    drains.append(Drain(
+                        at=to_instant(t), job_id=action.for_job_id,
+                        gpu_ids=runs[action.run_id].gpu_ids,
+                    ))
                 runs[action.run_id] = replace(runs[action.run_id], stop_requested_at=to_instant(t))
                 ends[action.run_id] = min(ends[action.run_id], t + action.grace_s)
             elif isinstance(action, Kill):

@@ -202,6 +202,10 @@ def booked_before(run: Run, next_start: dict[Id, float], until_s: float) -> bool
     return any(next_start.get(gpu_id, math.inf) <= until_s for gpu_id in run.gpu_ids)
 
 
+# The stops that spend relief's budget: its own and queue drain's.
+BUDGETED_REASONS = frozenset({Reason.QUEUE_RELIEF, Reason.QUEUE_DRAIN})
+
+
 def budget_left(history: ReliefHistory, policy: Policy) -> int:
     """How many more stops relief's budget allows now (queue drain spends it too)."""
     return _stops_allowed(history, policy) - len(history.stops)

@@ -90,7 +90,7 @@ def build_snapshot(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.S
 
 
 # Relief's budget counts its own stops and the drain's: each keeps its sentence as its reason.
-BUDGETED_STOPS = (scheduler.Reason.QUEUE_RELIEF.sentence, scheduler.Reason.QUEUE_DRAIN.sentence)
+BUDGETED_STOPS = sorted(reason.sentence for reason in scheduler.BUDGETED_REASONS)
 
 
 def _relief_history(*, now: dt.datetime, policy: scheduler.Policy) -> scheduler.ReliefHistory:

@@ -39,7 +39,7 @@ from scheduler.plan import plan_detailed
 from scheduler.policy import Policy
 from scheduler.priority_preemption import PREEMPTING_CLASSES
 from scheduler.queue_drain import drain_due_s
-from scheduler.queue_relief import relief_due_s
+from scheduler.queue_relief import BUDGETED_REASONS, relief_due_s
 from scheduler.sim.calendar import Calendar
 from scheduler.snapshot import (
     Drain,
@@ -632,8 +632,8 @@ class Simulation:
         if action.grace_s < self.policy.grace_s - EPSILON_S:
             raise InvariantViolation(f"stop with less than the grace period: {action} at {now_s}")
         live.run = replace(live.run, stop_requested_at=now_s)
-        if action.reason in (Reason.QUEUE_RELIEF, Reason.QUEUE_DRAIN):
-            self._relief_stops_s.append(now_s)  # the drain spends relief's budget
+        if action.reason in BUDGETED_REASONS:
+            self._relief_stops_s.append(now_s)
         if action.reason == Reason.QUEUE_DRAIN:
             self._drains.setdefault(action.for_job_id, []).append(
                 Drain(at=now_s, job_id=action.for_job_id, gpu_ids=live.run.gpu_ids)

@@ -9,6 +9,7 @@ import pytest
 
 from scheduler import DEFAULT_POLICY, Drain, Reason, ReliefHistory, Start, Stop, plan
 from scheduler.plan import plan_detailed
+from scheduler.queue_estimates import estimate_starts
 from scheduler.sim.engine import SimJob, Simulation, SimulationConfig
 from scheduler.sim.policies import policy_for
 from scheduler.sim.workload import make_gpus
@@ -188,3 +189,29 @@ def test_through_the_simulator_a_wide_job_gets_a_node_and_the_stopped_runs_resum
     # The negative control: without the drain the wide job waits for the day-long runs.
     off = replay(replace(policy_for("gpubook"), relief_budget_extra=100, drain_after_s=float("inf")))
     assert off.jobs[10].first_start_s == 86_400.0
+
+
+def test_the_queue_estimate_made_at_submission_foresees_the_drain():
+    """The queue page's estimate (`estimate_starts`) rolls plan() forward with the drain: in
+    the replay above, with exact runtimes, the estimate made when the wide job is submitted
+    is the drain's stop plus the grace the runs may use (they leave sooner), not the day-long
+    runs' end. The budget here is the jobs submitted so far, so the estimate must plan with
+    the snapshot's relief history to foresee the drain."""
+    jobs = [*(SimJob(id=n, user="ann", team="vision", gpus=4, submit_s=0.0, duration_s=86_400.0)
+              for n in range(1, 5)),
+            SimJob(id=10, user="bob", team="vision", gpus=8, submit_s=600.0, duration_s=1800.0)]
+    for sim_job in jobs:
+        sim_job.estimate_s = sim_job.duration_s
+    policy = replace(policy_for("gpubook"), relief_budget_share=1.0, relief_budget_extra=0,
+                     drain_leaves_relief=0)
+    seen = {}
+
+    def observe(now_s, state):
+        if not seen and any(queued.id == 10 for queued in state.queued_jobs):
+            seen.update(estimate_starts(state, now_s, policy))
+
+    config = SimulationConfig(gpus=make_gpus(16, 8), policy=policy, use_estimator=False,
+                              team_quota_gpu_s={"vision": 1e12}, observer=observe)
+    result = Simulation(config, jobs, ()).run()
+    assert seen[10].estimated_start == 600.0 + HOUR + 60.0
+    assert 600.0 + HOUR < result.jobs[10].first_start_s <= seen[10].estimated_start

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler import DEFAULT_POLICY, TeamAccount
+from scheduler import DEFAULT_POLICY, ReliefHistory, TeamAccount
 from scheduler.queue_estimates import WaitReason, estimate_starts
 from tests.scheduler.builders import gpus, job, reservation, run, snapshot
 
@@ -221,6 +221,38 @@ def test_until_started_bounds_the_others_by_the_draft_s_start():
     estimates = estimate_starts(state, NOW, until_started=10)
     assert (estimates[10].estimated_start, estimates[11].estimated_start) == (NOW + 3600, None)
     assert estimates[11].not_before == NOW + 3600
+
+
+def test_a_whole_node_job_starts_where_a_queue_drain_empties_a_node_within_relief_s_budget():
+    """The roll-forward plans with the snapshot's relief history and drains: an 8-GPU job
+    that has waited 30 min on three nodes of day-long runs gets a node drained for it when
+    its hour is up (on relief's 10-minute grid: NOW + 2,000 s), and starts once the stopped
+    run has had its grace. The next whole-node job finds the budget spent by that drain and
+    waits for a run to end."""
+    day_runs = tuple(
+        run(node + 1, tuple(range(100 * node, 100 * node + 8)), started_at=0.0,
+            estimated_end=NOW + 36_000.0)
+        for node in range(3)
+    )
+    state = snapshot(
+        gpus=gpus(nodes=3, per_node=8), runs=day_runs,
+        queued_jobs=(
+            job(10, 8, submitted_at=NOW - 1800.0, estimate_s=50_000.0),
+            job(11, 8, submitted_at=NOW - 1700.0, estimate_s=50_000.0),
+        ),
+        # 500 jobs this week: floor(5) + 2 = 7 stops, two spent, and four are left to relief.
+        relief_history=ReliefHistory(stops=(NOW - 7200.0, NOW - 3600.0), jobs_submitted=500),
+    )
+    estimates = estimate_starts(state, NOW)
+    assert estimates[10].estimated_start == NOW + 2_000.0 + 60.0
+    assert estimates[11].estimated_start == NOW + 36_000.0
+    # Drain off, or no budget for it: both wait for the day-long runs.
+    for policy, history in (
+        (replace(DEFAULT_POLICY, drain_after_s=float("inf")), state.relief_history),
+        (DEFAULT_POLICY, ReliefHistory(jobs_submitted=100)),
+    ):
+        quiet = estimate_starts(replace(state, relief_history=history), NOW, policy)
+        assert quiet[10].estimated_start == NOW + 36_000.0
 
 
 @pytest.mark.parametrize(
