@@ -39,9 +39,10 @@ submitted — optimistic for low ranks under fair share, as Slurm's is.
 
 Position: 1-based rank in the order backfill would try the jobs now (`queue_order`).
 Why it waits, from the picture at `now`: it starts now; its team's quota is spent; it is
-larger than any node (or the cluster); idle GPUs would fit it but a booking starts on them
-before it could finish (that booking is named); or it waits for running jobs to free GPUs
-(first in line) or behind jobs ranked ahead of it.
+larger than any node (or the cluster); a node is being drained for it (queue drain, while
+the node is kept for it); idle GPUs would fit it but a booking starts on them before it could
+finish (that booking is named); or it waits for running jobs to free GPUs (first in line) or
+behind jobs ranked ahead of it.
 
 Pure and deterministic: the snapshot is not changed; every sort has a tie-break.
 """
@@ -58,6 +59,7 @@ from scheduler.index import IndexCache, ReservationIndex, topology_of
 from scheduler.instants import INFINITY, converter_like, optional_seconds, to_seconds
 from scheduler.plan import plan_detailed
 from scheduler.policy import DAY_S, DEFAULT_POLICY, Policy
+from scheduler.queue_drain import drain_target
 from scheduler.queue_order import CANDIDATE, order_queue
 from scheduler.queue_relief import BUDGETED_REASONS
 from scheduler.quota import QuotaBook
@@ -80,6 +82,7 @@ class WaitReason(StrEnum):
     BOOKING_AHEAD = "booking_ahead"
     GPUS_BUSY = "gpus_busy"
     QUEUE_AHEAD = "queue_ahead"
+    NODE_DRAINING = "node_draining"
 
     @property
     def sentence(self) -> str:
@@ -94,6 +97,8 @@ _SENTENCES = {
     "it could finish.",
     WaitReason.GPUS_BUSY: "First in line; waits for running jobs to free enough GPUs.",
     WaitReason.QUEUE_AHEAD: "Jobs ranked ahead of it get the next free GPUs.",
+    WaitReason.NODE_DRAINING: "A node is being emptied for it: the runs there save a checkpoint, "
+    "and it starts there once they have left.",
 }
 
 
@@ -342,6 +347,11 @@ def _wait_reasons(
         and team.quota_remaining_gpu_s <= 0
         and not team.over_quota_allowed
     }
+    target = drain_target(
+        drains=snapshot.drains, queued_jobs=waiting.values(), topology=topology, now_s=now_s,
+        policy=policy,
+    )
+    draining = target.job.id if target is not None and target.held_nodes else None
     first_waiting = True
     reasons: dict[Id, tuple[WaitReason, Id | None]] = {}
     for job in sorted(waiting.values(), key=lambda job: positions[job.id]):
@@ -353,6 +363,10 @@ def _wait_reasons(
             needed > topology.max_node_size and not policy.allow_multi_node
         ):
             reasons[job.id] = (WaitReason.TOO_LARGE, None)
+            continue
+        if job.id == draining:
+            reasons[job.id] = (WaitReason.NODE_DRAINING, None)
+            first_waiting = False
             continue
         blocking = None
         for node in sorted(idle_by_node):

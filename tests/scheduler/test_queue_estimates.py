@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler import DEFAULT_POLICY, ReliefHistory, TeamAccount
+from scheduler import DEFAULT_POLICY, Drain, ReliefHistory, TeamAccount
 from scheduler.queue_estimates import WaitReason, estimate_starts
 from tests.scheduler.builders import gpus, job, reservation, run, snapshot
 
@@ -253,6 +253,24 @@ def test_a_whole_node_job_starts_where_a_queue_drain_empties_a_node_within_relie
     ):
         quiet = estimate_starts(replace(state, relief_history=history), NOW, policy)
         assert quiet[10].estimated_start == NOW + 36_000.0
+
+
+def test_the_job_a_node_is_drained_for_is_told_so_while_the_node_is_kept_for_it():
+    runs = (run(1, tuple(range(8)), started_at=0.0, stop_requested_at=NOW - 30.0,
+                estimated_end=NOW + 36_000.0),)
+    state = one_node(
+        runs=runs,
+        queued_jobs=(job(10, 8, submitted_at=NOW - 7200.0), job(11, 8, submitted_at=NOW - 60.0)),
+        drains=(Drain(at=NOW - 30.0, job_id=10, gpu_ids=tuple(range(8))),),
+    )
+    estimates = estimate_starts(state, NOW)
+    assert estimates[10].wait_reason == WaitReason.NODE_DRAINING
+    assert estimates[11].wait_reason == WaitReason.QUEUE_AHEAD
+    # The stopped run leaves within its grace: the job starts then, not when it would have ended.
+    assert estimates[10].estimated_start == NOW + 30.0
+    # Once the node is no longer kept (15 minutes after the drain), it is first in line again.
+    later = estimate_starts(state, NOW + 15 * 60.0)
+    assert later[10].wait_reason == WaitReason.GPUS_BUSY
 
 
 @pytest.mark.parametrize(

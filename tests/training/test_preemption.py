@@ -11,11 +11,13 @@ import pytest
 from django.contrib.auth import get_user_model
 
 import scheduler
+from config.scheduling import policy_from_settings
 from gpus.models import Gpu, Node
 from notifications.models import EventType, Notice
 from reservations.models import Membership, Team
 from tests.fakes.executor import FakeExecutor
 from training.models import Run, TrainingImage, TrainingJob
+from training.queue import queue_estimates_refresh
 from training.reconcile import reconcile
 from training.services import job_submit
 
@@ -194,6 +196,12 @@ def test_the_oldest_whole_node_job_gets_a_node_drained_and_kept_for_it(world, se
     assert sorted(notice.payload["job"]["id"] for notice in preempted_notices()) == sorted(
         run.job_id for run in drained
     )
+    # The queue page, refreshed after the tick as the loop does, tells bob why and when: the
+    # node is drained for his job, which starts once the runs have had their grace.
+    queue_estimates_refresh(now=S + 65 * MIN, policy=policy_from_settings())
+    wide.refresh_from_db()
+    assert wide.wait_reason == scheduler.WaitReason.NODE_DRAINING.sentence
+    assert wide.estimated_start == S + 65 * MIN + dt.timedelta(seconds=policy_from_settings().grace_s)
 
     for run in drained:
         world["fake"].checkpoint(run.pk, epoch=2)
