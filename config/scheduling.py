@@ -16,4 +16,5 @@ def policy_from_settings() -> scheduler.Policy:
         usage_factor=settings.GPUBOOK_BACKFILL_USAGE_FACTOR,
         relief_after_s=float(settings.GPUBOOK_QUEUE_RELIEF_MINUTES * 60) or math.inf,
         drain_after_s=float(settings.GPUBOOK_QUEUE_DRAIN_MINUTES * 60) or math.inf,
+        relief_budget_extra=settings.GPUBOOK_QUEUE_STOP_ALLOWANCE,
     )

@@ -148,6 +148,10 @@ GPUBOOK_QUEUE_RELIEF_MINUTES = env_int("GPUBOOK_QUEUE_RELIEF_MINUTES", 60, minim
 # Queue drain (scheduler.queue_drain): after this many minutes of waiting, the oldest job that
 # needs a whole node has the fewest checkpointable backfill runs on one node stopped for it; 0 = off.
 GPUBOOK_QUEUE_DRAIN_MINUTES = env_int("GPUBOOK_QUEUE_DRAIN_MINUTES", 60, minimum=0)
+# Stops that relief and the drain may make in a week: 1 % of the jobs queued that week plus this
+# many. The drain acts only while more than four are left, so at 2 it needs 300 queued jobs a
+# week; a small cluster that wants whole-node jobs drained for raises it (6: two drain stops).
+GPUBOOK_QUEUE_STOP_ALLOWANCE = env_int("GPUBOOK_QUEUE_STOP_ALLOWANCE", 2, minimum=0)
 GPUBOOK_EXECUTOR = env_choice("EXECUTOR", "local", {"local", "kubernetes"})
 GPUBOOK_TICK_SECONDS = env_int("GPUBOOK_TICK_SECONDS", 5, minimum=1)
 # Directories a team's jobs may read data and weights from; "{team}" is the team's slug.

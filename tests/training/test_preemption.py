@@ -215,6 +215,22 @@ def test_the_oldest_whole_node_job_gets_a_node_drained_and_kept_for_it(world, se
     assert tick(world, S + 3 * HOUR).stopped == []
 
 
+@pytest.mark.parametrize(("allowance", "drained"), [(2, 0), (6, 2)])
+def test_a_small_cluster_gets_the_drain_by_raising_the_stop_allowance(world, settings, allowance, drained):
+    """Five jobs queued this week: relief's budget is floor(0.05) + the allowance, and the drain
+    leaves relief four of it. At the default allowance (2) bob's whole-node job waits; with
+    `GPUBOOK_QUEUE_STOP_ALLOWANCE=6` the two runs on one node are stopped for it."""
+    settings.GPUBOOK_QUEUE_STOP_ALLOWANCE = allowance
+    add_gpus(Node.objects.create(name="ws-2"), range(2))
+    for n in range(4):
+        submit(world, "alice", f"sweep-{n}", team="vision", priority="medium", at=S - MIN, gpus=1)
+    tick(world, S)
+    submit(world, "bob", "wide", team="nlp", priority="medium", at=S + 5 * MIN, gpus=2)
+    stopped = Run.objects.filter(pk__in=tick(world, S + 65 * MIN).stopped)
+    assert len(stopped) == drained
+    assert all(run.reason == scheduler.Reason.QUEUE_DRAIN.sentence for run in stopped)
+
+
 def test_a_drain_is_read_back_only_while_its_job_has_not_run_since(world):
     """`build_snapshot`'s drains: a drain stop for a queued job is read back with its GPUs; once
     that job has had a run after the drain (it started, was stopped and is queued again), the
