@@ -4,9 +4,10 @@ API's `booking-placement/`, `gpubook book --count`).
 
 A user who books specific GPUs may stop whatever backfill runs there at the slot's start. A
 user who only needs N GPUs of one node lets the same rule the simulator's booking service
-follows pick them: the least work thrown away, then the fullest node (whole nodes stay
-free for wide jobs), then the fewest restarts of checkpointable runs, then the least work at
-risk. The answer is advice: booking it goes
+follows pick them: the least work thrown away, then a node where no checkpointable run must
+restart, then one where no run's work is at risk, then the first node in the calendar's order
+(bookings pile up on the first nodes; the last stay free for wide and long jobs). The answer
+is advice: booking it goes
 through `reservations.services.reservation_create` like any other booking. Runs are
 `training`'s table, read through the app registry: this room sits below training and imports
 none of it.

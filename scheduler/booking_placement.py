@@ -9,21 +9,22 @@ and production's "choose the GPUs for me") asks here. One rule for both:
    can checkpoint; all the work since its start for one that cannot. A run loses on all its
    GPUs, however few of them the booking takes (a 32-GPU run stopped for one booked GPU
    loses 32 GPUs' work), and counts once however many of its GPUs are taken.
-2. **Then the fullest node** in the calendar (fewest GPUs free for the slot), which keeps
-   whole nodes free for wide jobs.
-3. **Then the restarts**: a run that can checkpoint and is not trusted to end in time is
-   stopped, saves and restarts: minutes of its GPUs, not its work. Breaking up a node that
-   would otherwise stay free costs the wide jobs more: on helios and ITP, where wide jobs
-   hold two thirds of the GPU-time, they are what gpubook loses against FIFO with bookings
-   (0.02-0.14 of capacity). Ranked before fullness, as until #15's sixth round, restarts
-   sent bookings to emptier nodes (matrix, seeds 1-4: utilization up on 6 of 8 booked
-   helios/ITP rows with restarts after fullness, rows meeting every target 3 → 4).
-4. **Then the work at risk**: a run that cannot checkpoint but is trusted to end in time
-   loses nothing if its estimate holds and all its work if it does not (estimates err, with
-   a heavy tail: a 26-minute estimate for a 41-hour run on philly). Among nodes equally
-   cheap and full, the one whose runs cannot lose their work; within a node, idle GPUs and
-   safe runs before risky ones. (#15 matrix, seeds 1-4: booked cells losing over 1 % of
-   capacity 7 → 4; risk before fullness lost more.)
+2. **Then no restart**: a node where no checkpointable run must stop (save and restart:
+   minutes of its GPUs, not its work) before one where some must.
+3. **Then no work at risk**: a node where no run that cannot checkpoint is merely trusted to
+   end in time (it loses nothing if its estimate holds, all its work if not: estimates have
+   a heavy tail, a 26-minute estimate for a 41-hour run on philly) before one where some is.
+   Within the chosen node, too, idle GPUs and safe runs go before risky ones.
+4. **Then node order**: the first node in the calendar's order, not the fullest one. Bookings
+   then pile up on the same first nodes slot after slot and the last nodes stay free of them
+   for days, which is what wide and long jobs need; "the fullest node for this slot" is a
+   different node each slot, so bookings were sprinkled over every node and left none free
+   for long. #15 matrix, sixteenth round (BENCHMARKS.md): rows meeting every target 9 → 10
+   on seeds 1-4, 8 → 10 on 5-8, 6 → 7 on 9-12, ITP 0.95 / 35 %'s lost work 2.7 → 0.9 % of
+   capacity. Steps 2 and 3 ask only whether, not how much: weighing them sends bookings to
+   later nodes (the restarts weighed: 10 rows on seeds 1-4 but 9 on 5-8; the restarts and
+   the risk: 9 and 9); without step 3, the same rows but more work lost (helios 0.95 / 20 %:
+   0.0 → 0.8 % of capacity); the fullest node before node order (as until this round): 8.
 
 A run's estimate is trusted only when it comes from history (a default or a user's guess
 says nothing) and the run has not outlived it, and for a run that cannot checkpoint only with
@@ -110,26 +111,24 @@ def choose_gpus(
     policy: Policy,
 ) -> Placement | None:
     """The `needed` GPUs of one node to book for a slot starting at `start_s`, from the GPUs
-    free in the calendar for the whole slot (`free_by_node`: node → its free GPUs, in node
-    order; ties go to the first node); None if no node has that many free."""
+    free in the calendar for the whole slot (`free_by_node`: node → its free GPUs, in the node
+    order rule 3 follows); None if no node has that many free."""
     best: tuple | None = None
-    for node, free in free_by_node:
+    for position, (node, free) in enumerate(free_by_node):
         if len(free) < needed:
             continue
-        if best is not None and (0.0, len(free), 0.0, 0.0) >= best[0]:
-            continue  # at best costs nothing, and no fuller: cannot beat the best
         costs = []
-        for position, gpu_id in enumerate(free):
+        for index, gpu_id in enumerate(free):
             occupant = occupant_of(gpu_id)
             if occupant is None:
-                costs.append((0.0, 0.0, 0.0, -1, position, gpu_id))
+                costs.append((0.0, 0.0, 0.0, -1, index, gpu_id))
                 continue
             cost = clearing_cost(
                 occupant, start_s=start_s, now_s=now_s, stop_cost_s=stop_cost_s, policy=policy,
             )
             run_order = -1 if cost.run_id is None else cost.run_id
             costs.append((
-                cost.lost_gpu_s, cost.restart_gpu_s, cost.at_risk_gpu_s, run_order, position,
+                cost.lost_gpu_s, cost.restart_gpu_s, cost.at_risk_gpu_s, run_order, index,
                 gpu_id,
             ))
         costs.sort()
@@ -138,12 +137,13 @@ def choose_gpus(
         lost, restart, at_risk = {}, {}, {}
         for lost_gpu_s, restart_gpu_s, at_risk_gpu_s, run, _, _ in taken:
             lost[run], restart[run], at_risk[run] = lost_gpu_s, restart_gpu_s, at_risk_gpu_s
-        key = (sum(lost.values()), len(free), sum(restart.values()), sum(at_risk.values()))
+        sums = (sum(lost.values()), sum(restart.values()), sum(at_risk.values()))
+        key = (sums[0], sums[1] > 0, sums[2] > 0, position)
         if best is None or key < best[0]:
-            best = (key, node, tuple(sorted(gpu_id for *_, gpu_id in taken)))
-            if key == (0.0, needed, 0.0, 0.0):
-                break  # nothing to clear or risk, no GPU left over: no later node beats it
+            best = (key, node, tuple(sorted(gpu_id for *_, gpu_id in taken)), sums)
+            if key[:3] == (0.0, False, False):
+                break  # nothing thrown away, restarted or at risk: no later node beats it
     if best is None:
         return None
-    (lost_gpu_s, _, restart_gpu_s, at_risk_gpu_s), node, gpu_ids = best
+    _, node, gpu_ids, (lost_gpu_s, restart_gpu_s, at_risk_gpu_s) = best
     return Placement(node, gpu_ids, lost_gpu_s, restart_gpu_s, at_risk_gpu_s)

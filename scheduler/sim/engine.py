@@ -169,8 +169,9 @@ class SimulationConfig:
     record_actions: bool = False
     # The booking service places each booking when it is made, on the node whose GPUs it
     # would cost least to clear at the slot's start (`scheduler.booking_placement`: no work
-    # thrown away, then the fullest node, which keeps whole nodes free, then the fewest
-    # restarts), instead of using the GPUs the workload chose blind to the runs.
+    # thrown away, then no restart, then no work at risk, then the first node, which keeps
+    # the last nodes free of bookings), instead of using the GPUs the workload chose blind
+    # to the runs.
     run_aware_booking: bool = False
     # With run_aware_booking: the step to the next slot when a booking's slot is full.
     booking_shift_s: float = 1800.0

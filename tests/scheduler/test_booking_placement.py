@@ -42,37 +42,37 @@ def _choose(free_by_node, occupants, needed):
                        start_s=START, now_s=NOW, stop_cost_s=90.0, policy=POLICY)
 
 
-def test_certain_loss_then_fullness_then_risk():
+def test_certain_loss_then_restarts_then_risk_then_node_order():
     wide = run(checkpointable=False, gpus=4, run_id=1)  # certainly loses 4 GPUs' work
-    risky = run(checkpointable=False, expected_end_s=2_000.0, run_id=2)
-    free = [(0, [0, 1, 2, 3]), (1, [4, 5]), (2, [6, 7])]
-    # Node 0 holds the wide run everywhere; nodes 1 and 2 are fuller; node 1 risks a run.
-    occupants = {gpu: wide for gpu in range(4)} | {4: risky, 5: risky}
+    restart = run(gpus=1, run_id=2)  # can checkpoint, no trusted end: stopped and restarted
+    risky = run(checkpointable=False, expected_end_s=2_000.0, run_id=3)
+    free = [(0, [0, 1]), (1, [2, 3]), (2, [4, 5]), (3, [6, 7]), (4, [8, 9])]
+    occupants = {0: wide, 1: wide, 2: restart, 4: risky}
+    # Nodes 0-2 each cost something; nodes 3 and 4 nothing: the first of them.
     placement = _choose(free, occupants, 2)
     assert (placement.node, placement.gpu_ids, placement.lost_gpu_s, placement.restart_gpu_s,
-            placement.at_risk_gpu_s) == (2, (6, 7), 0.0, 0.0, 0.0)
-    # With node 2 gone, the risk is taken rather than the certain loss.
-    assert _choose(free[:2], occupants, 2).gpu_ids == (4, 5)
+            placement.at_risk_gpu_s) == (3, (6, 7), 0.0, 0.0, 0.0)
+    # Without them: a risk rather than a restart, a restart rather than certain loss.
+    assert _choose(free[:3], occupants, 2).node == 2
+    assert _choose(free[:2], occupants, 2).node == 1
     # With only node 0, a run stopped for one GPU counts all its four GPUs, once.
     assert _choose(free[:1], occupants, 2).lost_gpu_s == 4 * START
 
 
-def test_fullness_before_restarts_and_restarts_before_risk():
-    # Node 0 is free for the whole slot; node 1 has two GPUs left, one under a checkpointable
-    # run. A restart (minutes of one GPU) is cheaper than breaking up a node kept whole for
-    # wide jobs: the fuller node 1 wins, and reports the restart.
-    restart = run(gpus=1, run_id=3)
+def test_the_first_node_not_the_fullest():
+    # Node 0 is free for the whole slot; node 1 has exactly the two GPUs asked for. Bookings
+    # pile up on the first nodes and leave the last ones free for days (wide jobs), so node
+    # 0 is taken, though it breaks up a whole node for this slot.
     free = [(0, list(range(8))), (1, [8, 9])]
-    placement = _choose(free, {8: restart}, 2)
-    assert (placement.node, placement.gpu_ids, placement.lost_gpu_s, placement.restart_gpu_s) == (
-        1, (8, 9), 0.0, 90.0
-    )
-    # Work thrown away still comes first: a run that cannot checkpoint keeps node 1 out.
-    assert _choose(free, {8: run(checkpointable=False, run_id=3)}, 2).node == 0
-    # Equally full nodes: a certain restart counts before a risk that costs nothing while
-    # the estimate holds (as it did when restarts counted as loss).
-    risky = run(checkpointable=False, expected_end_s=2_000.0, run_id=4)
-    assert _choose([(0, [0, 1]), (1, [2, 3])], {0: risky, 2: restart}, 2).node == 0
+    assert _choose(free, {}, 2).gpu_ids == (0, 1)
+    # Only whether a node costs something counts, not how much: the first node with a
+    # restart wins over a later one whose restart is smaller.
+    big, small = run(gpus=4, run_id=5), run(gpus=1, run_id=6)
+    placement = _choose([(0, [0, 1]), (1, [2, 3])], {0: big, 2: small}, 2)
+    assert (placement.node, placement.restart_gpu_s) == (0, 4 * 90.0)
+    # Work thrown away still comes first: a run that cannot checkpoint keeps node 0 out.
+    unsafe = run(checkpointable=False, gpus=8, run_id=3)
+    assert _choose(free, dict.fromkeys(range(8), unsafe), 2).node == 1
 
 
 def test_idle_gpus_before_risky_ones_and_no_room():
@@ -82,8 +82,8 @@ def test_idle_gpus_before_risky_ones_and_no_room():
 
 
 def _every_node_scored(free_by_node, occupants, needed):
-    """An oracle for choose_gpus: every node scored by the rule's key, the first of the
-    cheapest kept (choose_gpus skips nodes it can tell cannot win; this one skips none)."""
+    """An oracle for choose_gpus: every node with room scored by the rule's key, the first of
+    the cheapest kept (choose_gpus stops at a node that cannot be beaten; this one does not)."""
     scored = []
     for node, free in free_by_node:
         if len(free) < needed:
@@ -99,7 +99,8 @@ def _every_node_scored(free_by_node, occupants, needed):
         restart = sum({run_id: restart for _, restart, _, run_id, _, _ in costs}.values())
         at_risk = sum({run_id: risk for _, _, risk, run_id, _, _ in costs}.values())
         scored.append(
-            ((lost, len(free), restart, at_risk), node, tuple(sorted(g for *_, g in costs)))
+            ((lost, restart > 0, at_risk > 0, len(scored)), node,
+             tuple(sorted(g for *_, g in costs)))
         )
     if not scored:
         return None
