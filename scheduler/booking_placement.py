@@ -112,7 +112,7 @@ def choose_gpus(
 ) -> Placement | None:
     """The `needed` GPUs of one node to book for a slot starting at `start_s`, from the GPUs
     free in the calendar for the whole slot (`free_by_node`: node → its free GPUs, in the node
-    order rule 3 follows); None if no node has that many free."""
+    order rule 4 follows); None if no node has that many free."""
     best: tuple | None = None
     for position, (node, free) in enumerate(free_by_node):
         if len(free) < needed:
